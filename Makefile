@@ -1,0 +1,60 @@
+# Makefile — the two commands a newcomer needs (`make demo`, `make test`) and a few more.
+# Everything installs what it needs first (scripts/install-deps.sh, the pinned llama.cpp).
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+FUZZ_BUILD ?= build-fuzz
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_ARGS ?=
+DEMO_MODEL := $(BUILD)/models/demo-tiny-llama3.gguf
+DEMO_PROMPT ?= Write a JSON object describing a city:
+
+.PHONY: all deps build demo test test-unit test-asan test-tsan fuzz format clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD)/build.ninja: | deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+
+build: $(BUILD)/build.ninja
+	cmake --build $(BUILD) --parallel $(JOBS)
+
+# The main job: build, generate the demo model (random weights around llama-3's real
+# tokenizer), and run a generation on it.
+demo: build
+	$(BUILD)/lacuna make-model --preset tiny-llama3 --out $(DEMO_MODEL) --skip-existing
+	$(BUILD)/lacuna run -m $(DEMO_MODEL) -p "$(DEMO_PROMPT)" -n 48 --threads 2
+
+# All tests: the Release suite, then the unit tests again under ASan+UBSan and the
+# threaded tests under TSan, each in its own build directory.
+test: test-unit test-asan test-tsan
+
+test-unit: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+test-asan: | deps
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLACUNA_SANITIZE=address,undefined $(CMAKE_ARGS)
+	cmake --build $(ASAN_BUILD) --parallel $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -LE slow
+
+test-tsan: | deps
+	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLACUNA_SANITIZE=thread $(CMAKE_ARGS)
+	cmake --build $(TSAN_BUILD) --parallel $(JOBS) --target lacuna_cli $$(cd tests && ls test_*threads*.cpp 2>/dev/null | sed 's/\.cpp$$//')
+	TSAN_OPTIONS=halt_on_error=1 ctest --test-dir $(TSAN_BUILD) --output-on-failure -R 'threads|make_test_models'
+
+fuzz: | deps
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLACUNA_FUZZ=ON -DLACUNA_BUILD_TESTS=OFF $(CMAKE_ARGS)
+	cmake --build $(FUZZ_BUILD) --parallel $(JOBS)
+	@for f in $(FUZZ_BUILD)/fuzz/fuzz_*; do [ -x "$$f" ] || continue; echo "== $$f"; \
+	  "$$f" -max_total_time=$${FUZZ_SECONDS:-20} -rss_limit_mb=2048 fuzz/corpus/$$(basename $$f) || exit 1; done
+
+format:
+	clang-format -i $$(git ls-files '*.h' '*.cpp' '*.c')
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
