@@ -50,8 +50,10 @@ test-tsan: | deps
 fuzz: | deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLACUNA_FUZZ=ON -DLACUNA_BUILD_TESTS=OFF $(CMAKE_ARGS)
 	cmake --build $(FUZZ_BUILD) --parallel $(JOBS)
-	@for f in $(FUZZ_BUILD)/fuzz/fuzz_*; do [ -x "$$f" ] || continue; echo "== $$f"; \
-	  "$$f" -max_total_time=$${FUZZ_SECONDS:-20} -rss_limit_mb=2048 fuzz/corpus/$$(basename $$f) || exit 1; done
+	@for f in $(FUZZ_BUILD)/fuzz/fuzz_*; do [ -x "$$f" ] || continue; n=$$(basename $$f); \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$n; seeds=""; [ -d fuzz/corpus/$$n ] && seeds=fuzz/corpus/$$n; \
+	  echo "== $$n ($${FUZZ_SECONDS:-20} s)"; \
+	  "$$f" -max_total_time=$${FUZZ_SECONDS:-20} -rss_limit_mb=2048 -print_final_stats=1 $(FUZZ_BUILD)/corpus/$$n $$seeds || exit 1; done
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cpp' '*.c')

@@ -12,7 +12,7 @@ packages=(
   libsqlite3-dev                  # index of the persistent KV cache
   libgtest-dev libgmock-dev       # unit tests
   libbenchmark-dev                # micro-benchmarks
-  clang libclang-rt-14-dev        # fuzz targets (libFuzzer) and sanitizer runtimes
+  clang libclang-rt-14-dev libomp-14-dev  # fuzz targets (libFuzzer), sanitizer runtimes, OpenMP for clang
 )
 
 missing=()
