@@ -1,0 +1,1321 @@
+// json_schema.cpp — the JSON Schema front end: walks a schema and writes GBNF rules for the
+// JSON texts it accepts (semantics in docs/json_schema.md).
+#include "lacuna/json_schema.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/json_schema_parts.h"
+#include "grammar/regex_convert.h"
+#include "grammar/regex_gbnf.h"
+
+namespace lacuna {
+namespace {
+
+using json = nlohmann::ordered_json;
+using schema_detail::Bound;
+
+// Keywords this converter implements (fully or with documented approximations).
+const std::set<std::string>& known_keywords() {
+  static const std::set<std::string> k = {"type",
+                                          "properties",
+                                          "required",
+                                          "additionalProperties",
+                                          "patternProperties",
+                                          "minProperties",
+                                          "maxProperties",
+                                          "items",
+                                          "prefixItems",
+                                          "additionalItems",
+                                          "minItems",
+                                          "maxItems",
+                                          "enum",
+                                          "const",
+                                          "minLength",
+                                          "maxLength",
+                                          "pattern",
+                                          "format",
+                                          "minimum",
+                                          "maximum",
+                                          "exclusiveMinimum",
+                                          "exclusiveMaximum",
+                                          "multipleOf",
+                                          "oneOf",
+                                          "anyOf",
+                                          "allOf",
+                                          "not",
+                                          "$ref",
+                                          "nullable",
+                                          "uniqueItems",
+                                          "contains",
+                                          "minContains",
+                                          "maxContains",
+                                          "propertyNames",
+                                          "dependencies",
+                                          "dependentRequired",
+                                          "dependentSchemas",
+                                          "if",
+                                          "then",
+                                          "else",
+                                          "unevaluatedProperties",
+                                          "unevaluatedItems",
+                                          "$dynamicRef",
+                                          "$recursiveRef"};
+  return k;
+}
+
+bool is_validation_keyword(const std::string& k) {
+  return known_keywords().count(k) != 0;
+}
+
+std::string escape_pointer_token(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::string join_alts(const std::vector<std::string>& alts) {
+  std::string out;
+  for (const std::string& a : alts) {
+    if (a.empty()) continue;
+    if (!out.empty()) out += " | ";
+    out += a;
+  }
+  return out;
+}
+
+// A never-matching expression, for rules that must exist but accept nothing.
+const char* kNeverBody = "[^\\x00-\\U0010FFFF]";
+
+class Converter {
+ public:
+  Converter(const json& root, const SchemaOptions& opt)
+      : root_(root), opt_(opt), rules_(opt.max_grammar_bytes) {
+    index_anchors(root_, "", 0);
+    if (root_.is_object()) {
+      auto it = root_.find("$id");
+      if (it == root_.end()) it = root_.find("id");
+      if (it != root_.end() && it->is_string()) base_id_ = it->get<std::string>();
+    }
+  }
+
+  std::string run() {
+    if (opt_.whitespace == SchemaOptions::Whitespace::Flexible) {
+      int n = std::max(0, opt_.max_whitespace);
+      ws_ = rules_.add("ws", n == 0 ? "\"\"" : "[ \\t\\n\\r]{0," + std::to_string(n) + "}");
+    }
+    std::string root = visit(root_, "", 0);
+    if (root.empty()) throw SchemaError("the schema accepts no value", "");
+    return rules_.to_string(root);
+  }
+
+ private:
+  // ---- helpers -------------------------------------------------------------------------
+
+  void warn(const std::string& keyword, const std::string& ptr, const std::string& msg) {
+    if (opt_.strict) throw SchemaError("unsupported: " + msg, ptr, keyword);
+    if (opt_.on_warning) opt_.on_warning(keyword, ptr, msg);
+  }
+
+  [[noreturn]] void fail(const std::string& keyword, const std::string& ptr,
+                         const std::string& msg) {
+    throw SchemaError(msg, ptr, keyword);
+  }
+
+  std::string ws() const { return ws_; }
+  std::string sep() const { return ws_.empty() ? "\",\"" : ws_ + " \",\" " + ws_; }
+  std::string colon() const { return ws_.empty() ? "\":\"" : ws_ + " \":\" " + ws_; }
+
+  static std::string hint_of(const std::string& ptr) {
+    size_t slash = ptr.rfind('/');
+    std::string last = slash == std::string::npos ? ptr : ptr.substr(slash + 1);
+    if (last.empty() || last == "items" || last == "additionalProperties" ||
+        (last[0] >= '0' && last[0] <= '9')) {
+      // Use the parent name too: "/properties/tags/items" -> "tags-items".
+      if (slash != std::string::npos && slash > 0) {
+        size_t prev = ptr.rfind('/', slash - 1);
+        std::string parent = ptr.substr(prev == std::string::npos ? 0 : prev + 1,
+                                        slash - (prev == std::string::npos ? 0 : prev + 1));
+        return parent + "-" + last;
+      }
+    }
+    return last.empty() ? "value" : last;
+  }
+
+  void index_anchors(const json& s, const std::string& ptr, int depth) {
+    if (depth > 64) return;
+    if (s.is_object()) {
+      for (const char* key : {"$anchor", "$id", "id"}) {
+        auto it = s.find(key);
+        if (it != s.end() && it->is_string()) {
+          std::string v = it->get<std::string>();
+          if (std::string(key) == "$anchor") v = "#" + v;
+          if (!v.empty()) anchors_.emplace(v, std::make_pair(&s, ptr));
+        }
+      }
+      for (auto it = s.begin(); it != s.end(); ++it) {
+        if (it.key() == "enum" || it.key() == "const") continue;
+        index_anchors(it.value(), ptr + "/" + escape_pointer_token(it.key()), depth + 1);
+      }
+    } else if (s.is_array()) {
+      for (size_t i = 0; i < s.size(); ++i) {
+        index_anchors(s[i], ptr + "/" + std::to_string(i), depth + 1);
+      }
+    }
+  }
+
+  static std::string percent_decode(const std::string& s) {
+    std::string out;
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+          std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+        out.push_back(static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16)));
+        i += 2;
+      } else {
+        out.push_back(s[i]);
+      }
+    }
+    return out;
+  }
+
+  // Resolves a $ref to (schema, pointer). Throws for references it cannot follow.
+  std::pair<const json*, std::string> resolve(const std::string& ref, const std::string& ptr) {
+    std::string r = ref;
+    if (!base_id_.empty() && r.compare(0, base_id_.size(), base_id_) == 0) {
+      r = r.substr(base_id_.size());
+      if (r.empty()) r = "#";
+    }
+    auto anchor = anchors_.find(r);
+    if (anchor != anchors_.end()) return anchor->second;
+    if (r.empty() || r[0] != '#') {
+      fail("$ref", ptr, "$ref to another document is not supported: \"" + ref + "\"");
+    }
+    std::string pointer = percent_decode(r.substr(1));
+    const json* cur = &root_;
+    if (pointer.empty()) return {cur, ""};
+    if (pointer[0] != '/')
+      fail("$ref", ptr, "$ref fragment is not a JSON pointer: \"" + ref + "\"");
+    size_t pos = 1;
+    while (true) {
+      size_t next = pointer.find('/', pos);
+      std::string tok =
+          pointer.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+      std::string key;
+      for (size_t i = 0; i < tok.size(); ++i) {
+        if (tok[i] == '~' && i + 1 < tok.size() && (tok[i + 1] == '0' || tok[i + 1] == '1')) {
+          key.push_back(tok[i + 1] == '0' ? '~' : '/');
+          ++i;
+        } else {
+          key.push_back(tok[i]);
+        }
+      }
+      if (cur->is_object()) {
+        auto it = cur->find(key);
+        if (it == cur->end()) fail("$ref", ptr, "$ref target not found: \"" + ref + "\"");
+        cur = &*it;
+      } else if (cur->is_array()) {
+        char* end = nullptr;
+        unsigned long idx = std::strtoul(key.c_str(), &end, 10);
+        if (key.empty() || *end != '\0' || idx >= cur->size()) {
+          fail("$ref", ptr, "$ref target not found: \"" + ref + "\"");
+        }
+        cur = &(*cur)[idx];
+      } else {
+        fail("$ref", ptr, "$ref target not found: \"" + ref + "\"");
+      }
+      if (next == std::string::npos) break;
+      pos = next + 1;
+    }
+    return {cur, pointer};
+  }
+
+  static bool has_validation(const json& s, const char* except) {
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      if (it.key() != except && is_validation_keyword(it.key())) return true;
+    }
+    return false;
+  }
+
+  const json* store(json j) {
+    arena_.push_back(std::move(j));
+    return &arena_.back();
+  }
+
+  // ---- allOf / anyOf / oneOf / $ref flattening ----------------------------------------
+
+  // The schema as a disjunction of schemas without top-level $ref/allOf/anyOf/oneOf.
+  std::vector<const json*> alternatives(const json* s, const std::string& ptr, int depth) {
+    if (depth > opt_.max_inline_depth) {
+      fail("$ref", ptr,
+           "$ref/allOf expansion deeper than " + std::to_string(opt_.max_inline_depth) +
+               " (a reference cycle?)");
+    }
+    if (!s->is_object()) return {s};
+    bool has_ref = s->contains("$ref");
+    bool has_all = s->contains("allOf");
+    bool has_any = s->contains("anyOf");
+    bool has_one = s->contains("oneOf");
+    if (!has_ref && !has_all && !has_any && !has_one) return {s};
+    json rest = *s;
+    std::vector<const json*> acc;
+    if (has_ref) {
+      rest.erase("$ref");
+      const json& ref = (*s)["$ref"];
+      if (!ref.is_string()) fail("$ref", ptr, "$ref must be a string");
+      auto target = resolve(ref.get<std::string>(), ptr);
+      acc = alternatives(target.first, target.second, depth + 1);
+    } else {
+      acc = {store(json::object())};
+    }
+    auto combine = [&](const char* kw, bool any) {
+      const json& list = (*s)[kw];
+      if (!list.is_array() || list.empty()) {
+        fail(kw, ptr, std::string(kw) + " must be a non-empty array");
+      }
+      rest.erase(kw);
+      if (any) {
+        std::vector<const json*> options;
+        for (size_t i = 0; i < list.size(); ++i) {
+          auto sub = alternatives(&list[i], ptr + "/" + kw + "/" + std::to_string(i), depth + 1);
+          options.insert(options.end(), sub.begin(), sub.end());
+          if (options.size() > opt_.max_alternatives) {
+            fail(kw, ptr, "more than " + std::to_string(opt_.max_alternatives) + " alternatives");
+          }
+        }
+        acc = product(acc, options, ptr);
+      } else {
+        for (size_t i = 0; i < list.size(); ++i) {
+          acc = product(acc,
+                        alternatives(&list[i], ptr + "/" + kw + "/" + std::to_string(i), depth + 1),
+                        ptr);
+        }
+      }
+    };
+    if (has_all) combine("allOf", false);
+    if (has_any) combine("anyOf", true);
+    if (has_one) {
+      if ((*s)["oneOf"].is_array() && (*s)["oneOf"].size() > 1) {
+        note_oneof(ptr);
+      }
+      combine("oneOf", true);
+    }
+    return product(acc, {store(std::move(rest))}, ptr);
+  }
+
+  void note_oneof(const std::string&) { /* oneOf is read as anyOf; see docs */
+  }
+
+  std::vector<const json*> product(const std::vector<const json*>& a,
+                                   const std::vector<const json*>& b, const std::string& ptr) {
+    std::vector<const json*> out;
+    for (const json* x : a) {
+      for (const json* y : b) {
+        json m = merge(*x, *y, ptr);
+        if (m.is_boolean() && !m.get<bool>()) continue;
+        out.push_back(store(std::move(m)));
+        if (out.size() > opt_.max_alternatives) {
+          fail("allOf", ptr,
+               "more than " + std::to_string(opt_.max_alternatives) +
+                   " alternatives after "
+                   "distributing allOf over anyOf/oneOf");
+        }
+      }
+    }
+    return out;
+  }
+
+  static json all_of(const json& a, const json& b) {
+    if (a.is_boolean() && a.get<bool>()) return b;
+    if (b.is_boolean() && b.get<bool>()) return a;
+    if (a == b) return a;
+    return json{{"allOf", json::array({a, b})}};
+  }
+
+  static std::vector<std::string> type_list(const json& t) {
+    std::vector<std::string> out;
+    if (t.is_string()) out.push_back(t.get<std::string>());
+    if (t.is_array()) {
+      for (const json& x : t) {
+        if (x.is_string()) out.push_back(x.get<std::string>());
+      }
+    }
+    return out;
+  }
+
+  // allOf of two schemas without top-level combinators. false = unsatisfiable.
+  json merge(const json& a, const json& b, const std::string& ptr) {
+    if (a.is_boolean()) return a.get<bool>() ? b : json(false);
+    if (b.is_boolean()) return b.get<bool>() ? a : json(false);
+    if (!a.is_object() || !b.is_object()) fail("", ptr, "schema must be an object or a boolean");
+    if (a.empty()) return b;
+    if (b.empty()) return a;
+    json out = a;
+    for (auto it = b.begin(); it != b.end(); ++it) {
+      const std::string& k = it.key();
+      const json& v = it.value();
+      if (!out.contains(k)) {
+        out[k] = v;
+        continue;
+      }
+      json& o = out[k];
+      if (o == v) continue;
+      if (k == "type") {
+        auto ta = type_list(o), tb = type_list(v);
+        std::vector<std::string> both;
+        for (const std::string& x : ta) {
+          for (const std::string& y : tb) {
+            if (x == y) {
+              both.push_back(x);
+            } else if (x == "number" && y == "integer") {
+              both.push_back("integer");
+            } else if (x == "integer" && y == "number") {
+              both.push_back("integer");
+            }
+          }
+        }
+        if (both.empty()) return json(false);
+        o = both.size() == 1 ? json(both[0]) : json(both);
+      } else if (k == "required") {
+        if (o.is_array() && v.is_array()) {
+          for (const json& r : v) {
+            if (std::find(o.begin(), o.end(), r) == o.end()) o.push_back(r);
+          }
+        }
+      } else if (k == "properties") {
+        if (!o.is_object() || !v.is_object()) continue;
+        json a_add = a.contains("additionalProperties") ? a["additionalProperties"] : json(true);
+        json b_add = b.contains("additionalProperties") ? b["additionalProperties"] : json(true);
+        bool a_pat = a.contains("patternProperties"), b_pat = b.contains("patternProperties");
+        json merged = json::object();
+        for (auto p = o.begin(); p != o.end(); ++p) {
+          if (v.contains(p.key())) {
+            merged[p.key()] = all_of(p.value(), v[p.key()]);
+          } else {
+            merged[p.key()] = b_pat ? p.value() : all_of(p.value(), b_add);
+          }
+        }
+        for (auto p = v.begin(); p != v.end(); ++p) {
+          if (!o.contains(p.key())) merged[p.key()] = a_pat ? p.value() : all_of(a_add, p.value());
+        }
+        o = std::move(merged);
+      } else if (k == "additionalProperties" || k == "items" || k == "additionalItems" ||
+                 k == "not" || k == "propertyNames" || k == "contains") {
+        if (k == "not") {
+          o = json{{"anyOf", json::array({o, v})}};
+        } else {
+          o = all_of(o, v);
+        }
+      } else if (k == "patternProperties") {
+        if (o.is_object() && v.is_object()) {
+          for (auto p = v.begin(); p != v.end(); ++p) {
+            o[p.key()] = o.contains(p.key()) ? all_of(o[p.key()], p.value()) : p.value();
+          }
+        }
+      } else if (k == "prefixItems") {
+        if (o.is_array() && v.is_array()) {
+          for (size_t i = 0; i < v.size(); ++i) {
+            if (i < o.size()) {
+              o[i] = all_of(o[i], v[i]);
+            } else {
+              o.push_back(v[i]);
+            }
+          }
+        }
+      } else if (k == "minimum" || k == "minLength" || k == "minItems" || k == "minProperties" ||
+                 (k == "exclusiveMinimum" && o.is_number() && v.is_number())) {
+        if (o.is_number() && v.is_number() && v.get<double>() > o.get<double>()) o = v;
+      } else if (k == "maximum" || k == "maxLength" || k == "maxItems" || k == "maxProperties" ||
+                 (k == "exclusiveMaximum" && o.is_number() && v.is_number())) {
+        if (o.is_number() && v.is_number() && v.get<double>() < o.get<double>()) o = v;
+      } else if (k == "enum" || k == "const") {
+        json la = k == "const" ? json::array({o}) : o;
+        json lb = k == "const" ? json::array({v}) : v;
+        json both = json::array();
+        if (la.is_array() && lb.is_array()) {
+          for (const json& x : la) {
+            if (std::find(lb.begin(), lb.end(), x) != lb.end()) both.push_back(x);
+          }
+        }
+        if (both.empty()) return json(false);
+        out.erase(k);
+        out["enum"] = both;
+      } else if (k == "nullable") {
+        o = o.is_boolean() && v.is_boolean() && o.get<bool>() && v.get<bool>();
+      } else if (k == "pattern") {
+        // Two patterns: a grammar cannot intersect them in general; keep both as allOf of
+        // strings is not expressible either. Keep the first and warn.
+        warn("pattern", ptr, "two patterns in allOf; only the first is enforced");
+      } else if (is_validation_keyword(k)) {
+        warn(k, ptr, "conflicting values of '" + k + "' in allOf; the first is enforced");
+      }
+    }
+    // "const"/"enum" from both sides are already intersected; enum with const on the other.
+    if (out.contains("const") && out.contains("enum")) {
+      json both = json::array();
+      if (out["enum"].is_array()) {
+        for (const json& x : out["enum"]) {
+          if (x == out["const"]) both.push_back(x);
+        }
+      }
+      if (both.empty()) return json(false);
+      out.erase("const");
+      out["enum"] = both;
+    }
+    return out;
+  }
+
+  // ---- visiting ------------------------------------------------------------------------
+
+  std::string visit(const json& s, const std::string& ptr, int depth) {
+    if (depth > opt_.max_depth) {
+      fail("", ptr, "schema nested deeper than " + std::to_string(opt_.max_depth));
+    }
+    if (s.is_boolean()) return s.get<bool>() ? any_value() : "";
+    if (!s.is_object()) fail("", ptr, "schema must be an object or a boolean");
+    check_keywords(s, ptr);
+    // A pure $ref becomes a rule reference (shared, and recursion-safe).
+    if (s.contains("$ref") && !has_validation(s, "$ref")) {
+      const json& ref = s["$ref"];
+      if (!ref.is_string()) fail("$ref", ptr, "$ref must be a string");
+      auto target = resolve(ref.get<std::string>(), ptr);
+      return pointer_rule(*target.first, target.second, depth);
+    }
+    if (s.contains("$ref") || s.contains("allOf") || s.contains("anyOf") || s.contains("oneOf")) {
+      std::string key = s.dump();
+      bool memo = key.size() < 20000;
+      if (memo) {
+        auto it = synthetic_.find(key);
+        if (it != synthetic_.end()) return it->second;
+      }
+      std::string name;
+      if (memo) {
+        name = rules_.reserve(hint_of(ptr));
+        synthetic_.emplace(key, name);
+      }
+      auto alts = alternatives(&s, ptr, 0);
+      std::vector<std::string> exprs;
+      std::set<std::string> seen;
+      for (const json* a : alts) {
+        std::string e = visit_simple(*a, ptr, depth + 1);
+        if (!e.empty() && seen.insert(e).second) exprs.push_back(e);
+      }
+      std::string body = join_alts(exprs);
+      if (!memo) return body.empty() ? "" : rules_.add(hint_of(ptr), body);
+      rules_.define(name, body.empty() ? kNeverBody : body);
+      if (body.empty()) {
+        synthetic_[key] = "";
+        return "";
+      }
+      return name;
+    }
+    return visit_simple(s, ptr, depth);
+  }
+
+  std::string pointer_rule(const json& target, const std::string& tptr, int depth) {
+    auto it = ref_rules_.find(tptr);
+    if (it != ref_rules_.end()) return it->second;
+    std::string name = rules_.reserve(hint_of(tptr.empty() ? "/root-schema" : tptr));
+    ref_rules_.emplace(tptr, name);
+    std::string body = visit(target, tptr, depth + 1);
+    if (body.empty()) {
+      rules_.define(name, kNeverBody);
+      ref_rules_[tptr] = "";
+      return "";
+    }
+    rules_.define(name, body);
+    return name;
+  }
+
+  void check_keywords(const json& s, const std::string& ptr) {
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      const std::string& k = it.key();
+      const json& v = it.value();
+      if (k == "uniqueItems") {
+        if (v.is_boolean() && v.get<bool>()) warn(k, ptr, "uniqueItems is not enforced");
+      } else if (k == "contains" || k == "minContains" || k == "maxContains" ||
+                 k == "propertyNames" || k == "if" || k == "then" || k == "else" ||
+                 k == "unevaluatedItems" || k == "$dynamicRef" || k == "$recursiveRef") {
+        if (!(v.is_boolean() && v.get<bool>())) warn(k, ptr, "'" + k + "' is not enforced");
+      } else if (k == "unevaluatedProperties") {
+        if (!(v.is_boolean() && v.get<bool>())) warn(k, ptr, "'" + k + "' is not enforced");
+      } else if (k == "dependencies" || k == "dependentRequired" || k == "dependentSchemas") {
+        if (!(v.is_object() && v.empty())) warn(k, ptr, "'" + k + "' is not enforced");
+      }
+    }
+  }
+
+  // ---- simple schemas (no top-level combinators) -----------------------------------------
+
+  std::string visit_simple(const json& s, const std::string& ptr, int depth) {
+    if (s.is_boolean()) return s.get<bool>() ? any_value() : "";
+    if (!s.is_object()) fail("", ptr, "schema must be an object or a boolean");
+    // Types allowed.
+    std::set<std::string> types;
+    bool typed = false;
+    if (s.contains("type")) {
+      const json& t = s["type"];
+      if (!t.is_string() && !t.is_array()) fail("type", ptr, "type must be a string or an array");
+      typed = true;
+      for (const std::string& x : type_list(t)) {
+        static const std::set<std::string> valid = {"object",  "array",   "string", "number",
+                                                    "integer", "boolean", "null"};
+        if (!valid.count(x)) fail("type", ptr, "unknown type \"" + x + "\"");
+        types.insert(x);
+      }
+    }
+    if (!typed) types = {"object", "array", "string", "number", "boolean", "null"};
+    if (s.contains("nullable") && s["nullable"].is_boolean() && s["nullable"].get<bool>()) {
+      types.insert("null");
+    }
+    if (types.count("number")) types.erase("integer");
+    if (s.contains("not")) apply_not(s["not"], types, ptr + "/not");
+    if (s.contains("enum") || s.contains("const")) return enum_values(s, types, ptr);
+    std::vector<std::string> alts;
+    for (const char* t : {"object", "array", "string", "number", "integer", "boolean", "null"}) {
+      if (!types.count(t)) continue;
+      std::string e;
+      std::string type(t);
+      if (type == "object") {
+        e = gen_object(s, ptr, depth);
+      } else if (type == "array") {
+        e = gen_array(s, ptr, depth);
+      } else if (type == "string") {
+        e = gen_string(s, ptr);
+      } else if (type == "number" || type == "integer") {
+        e = gen_number(s, ptr, type == "integer");
+      } else if (type == "boolean") {
+        e = "(\"true\" | \"false\")";
+      } else {
+        e = "\"null\"";
+      }
+      if (!e.empty()) alts.push_back(e);
+    }
+    if (alts.empty()) return "";
+    if (alts.size() == 1 && is_name(alts[0])) return alts[0];
+    return rules_.add(hint_of(ptr), join_alts(alts));
+  }
+
+  static bool is_name(const std::string& e) {
+    for (char c : e) {
+      if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            c == '-')) {
+        return false;
+      }
+    }
+    return !e.empty();
+  }
+
+  void apply_not(const json& n, std::set<std::string>& types, const std::string& ptr) {
+    if (n.is_boolean()) {
+      if (n.get<bool>()) types.clear();
+      return;
+    }
+    if (n.is_object() && n.size() == 1 && n.contains("type")) {
+      for (const std::string& t : type_list(n["type"])) {
+        types.erase(t);
+        if (t == "number") types.erase("integer");
+        if (t == "integer" && types.count("number")) {
+          warn("not", ptr, "'not: integer' on numbers is approximated as numbers");
+        }
+      }
+      return;
+    }
+    if (n.is_object() && n.empty()) {
+      types.clear();
+      return;
+    }
+    warn("not", ptr, "'not' is only enforced for type");
+  }
+
+  // ---- enum / const ----------------------------------------------------------------------
+
+  static bool type_matches(const json& v, const std::set<std::string>& types) {
+    if (v.is_null()) return types.count("null");
+    if (v.is_boolean()) return types.count("boolean");
+    if (v.is_string()) return types.count("string");
+    if (v.is_array()) return types.count("array");
+    if (v.is_object()) return types.count("object");
+    if (v.is_number_integer() || v.is_number_unsigned()) {
+      return types.count("integer") || types.count("number");
+    }
+    if (v.is_number_float()) {
+      double d = v.get<double>();
+      return types.count("number") || (types.count("integer") && std::floor(d) == d);
+    }
+    return false;
+  }
+
+  std::string literal_value(const json& v) {
+    if (v.is_object()) {
+      if (v.empty()) return "\"{\" " + (ws_.empty() ? "" : ws_ + " ") + "\"}\"";
+      std::string out = "\"{\" " + (ws_.empty() ? "" : ws_ + " ");
+      bool first = true;
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (!first) out += sep() + " ";
+        first = false;
+        out += gbnf::literal(json(it.key()).dump()) + " " + colon() + " " +
+               literal_value(it.value()) + " ";
+      }
+      return out + (ws_.empty() ? "" : ws_ + " ") + "\"}\"";
+    }
+    if (v.is_array()) {
+      if (v.empty()) return "\"[\" " + (ws_.empty() ? "" : ws_ + " ") + "\"]\"";
+      std::string out = "\"[\" " + (ws_.empty() ? "" : ws_ + " ");
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (i) out += sep() + " ";
+        out += literal_value(v[i]) + " ";
+      }
+      return out + (ws_.empty() ? "" : ws_ + " ") + "\"]\"";
+    }
+    return gbnf::literal(v.dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+
+  std::string enum_values(const json& s, const std::set<std::string>& types,
+                          const std::string& ptr) {
+    json values = json::array();
+    if (s.contains("const")) values.push_back(s["const"]);
+    if (s.contains("enum")) {
+      const json& e = s["enum"];
+      if (!e.is_array()) fail("enum", ptr, "enum must be an array");
+      if (e.size() > opt_.max_enum) {
+        fail("enum", ptr,
+             "enum has " + std::to_string(e.size()) + " values, above the limit " +
+                 std::to_string(opt_.max_enum));
+      }
+      if (s.contains("const")) {
+        if (std::find(e.begin(), e.end(), s["const"]) == e.end()) return "";
+      } else {
+        values = e;
+      }
+    }
+    std::vector<std::string> alts;
+    std::set<std::string> seen;
+    for (const json& v : values) {
+      if (!type_matches(v, types)) continue;
+      if (!value_fits(v, s)) continue;
+      std::string lit = literal_value(v);
+      if (seen.insert(lit).second) alts.push_back(lit);
+    }
+    if (alts.empty()) return "";
+    return rules_.add(hint_of(ptr), join_alts(alts));
+  }
+
+  // Filters enum values by the simple sibling keywords a value can be checked against.
+  static bool value_fits(const json& v, const json& s) {
+    if (v.is_string()) {
+      size_t len = 0;
+      const std::string& str = v.get_ref<const std::string&>();
+      for (unsigned char c : str) len += (c & 0xC0) != 0x80;
+      if (s.contains("minLength") && s["minLength"].is_number() &&
+          static_cast<double>(len) < s["minLength"].get<double>()) {
+        return false;
+      }
+      if (s.contains("maxLength") && s["maxLength"].is_number() &&
+          static_cast<double>(len) > s["maxLength"].get<double>()) {
+        return false;
+      }
+    }
+    if (v.is_number()) {
+      double d = v.get<double>();
+      if (s.contains("minimum") && s["minimum"].is_number() && d < s["minimum"].get<double>()) {
+        return false;
+      }
+      if (s.contains("maximum") && s["maximum"].is_number() && d > s["maximum"].get<double>()) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // ---- any value -------------------------------------------------------------------------
+
+  std::string any_value() {
+    if (!any_.empty()) return any_;
+    any_ = rules_.reserve("value");
+    std::string str = string_rule();
+    std::string num =
+        rules_.add("number", "\"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)?");
+    std::string w = ws_.empty() ? "" : ws_ + " ";
+    std::string member = rules_.add("member", str + " " + colon() + " " + any_);
+    std::string obj = rules_.add("object", "\"{\" " + w + "(" + member + " (" + sep() + " " +
+                                               member + ")* " + w + ")? \"}\"");
+    std::string arr = rules_.add(
+        "array", "\"[\" " + w + "(" + any_ + " (" + sep() + " " + any_ + ")* " + w + ")? \"]\"");
+    rules_.define(
+        any_, obj + " | " + arr + " | " + str + " | " + num + " | \"true\" | \"false\" | \"null\"");
+    return any_;
+  }
+
+  std::string json_char() {
+    return rules_.add("char",
+                      "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})");
+  }
+
+  std::string string_rule() {
+    return rules_.add("string", "\"\\\"\" " + json_char() + "* \"\\\"\"");
+  }
+
+  // ---- strings ---------------------------------------------------------------------------
+
+  std::optional<long> count_keyword(const json& s, const char* kw, const std::string& ptr) {
+    if (!s.contains(kw)) return std::nullopt;
+    const json& v = s[kw];
+    if (!v.is_number() || v.get<double>() < 0)
+      fail(kw, ptr, std::string(kw) + " must be a non-negative number");
+    double d = v.get<double>();
+    if (d > 1e15) return static_cast<long>(1e15);
+    return static_cast<long>(std::ceil(d));
+  }
+
+  // `item{min,max}` with the limits applied (max < 0: unbounded).
+  std::string repeat(const std::string& item, long min, long max, const char* kw,
+                     const std::string& ptr) {
+    if (min > opt_.max_repeat) {
+      fail(kw, ptr,
+           std::string(kw) + " " + std::to_string(min) + " exceeds the limit " +
+               std::to_string(opt_.max_repeat));
+    }
+    if (max > opt_.max_repeat) {
+      warn(kw, ptr,
+           std::string(kw) + " " + std::to_string(max) + " above the limit " +
+               std::to_string(opt_.max_repeat) + " is not enforced");
+      max = -1;
+    }
+    if (max == 0) return "";
+    if (min == 0 && max < 0) return item + "*";
+    if (min == 1 && max < 0) return item + "+";
+    if (min == 0 && max == 1) return item + "?";
+    if (min == 1 && max == 1) return item;
+    if (max < 0) return item + "{" + std::to_string(min) + ",}";
+    if (min == max) return item + "{" + std::to_string(min) + "}";
+    return item + "{" + std::to_string(min) + "," + std::to_string(max) + "}";
+  }
+
+  std::string gen_string(const json& s, const std::string& ptr) {
+    auto min_len = count_keyword(s, "minLength", ptr);
+    auto max_len = count_keyword(s, "maxLength", ptr);
+    long lo = min_len.value_or(0), hi = max_len ? *max_len : -1;
+    if (hi >= 0 && lo > hi) return "";
+    const std::string q = "\"\\\"\"";
+    if (s.contains("pattern")) {
+      const json& p = s["pattern"];
+      if (!p.is_string()) fail("pattern", ptr, "pattern must be a string");
+      std::string pat = p.get<std::string>();
+      gbnf::CharSet set;
+      long pmin, pmax;
+      if (regex_detail::simple_repeat(pat, set, pmin, pmax)) {
+        long a = std::max(lo, pmin);
+        long b = hi < 0 ? pmax : (pmax < 0 ? hi : std::min(hi, pmax));
+        if (b >= 0 && a > b) return "";
+        std::string ch =
+            regex_detail::char_expression(set, rules_, regex_detail::Encoding::JsonString);
+        if (ch.empty()) return a == 0 ? q + " " + q : "";
+        std::string body =
+            repeat(ch.find(' ') != std::string::npos ? "(" + ch + ")" : ch, a, b, "pattern", ptr);
+        return rules_.add(hint_of(ptr), q + " " + (body.empty() ? "" : body + " ") + q);
+      }
+      RegexOptions ro;
+      ro.search = true;
+      ro.max_repeat = opt_.max_repeat;
+      ro.on_warning = [&](const std::string& m) { warn("pattern", ptr, m); };
+      try {
+        std::string e =
+            regex_detail::regex_expression(pat, rules_, regex_detail::Encoding::JsonString, ro);
+        if (min_len || max_len) {
+          warn("minLength", ptr, "minLength/maxLength are not enforced together with pattern");
+        }
+        return rules_.add(hint_of(ptr), q + " " + e + " " + q);
+      } catch (const RegexError& e) {
+        if (opt_.strict) fail("pattern", ptr + "/pattern", std::string("pattern: ") + e.what());
+        warn("pattern", ptr + "/pattern", std::string("pattern not enforced: ") + e.what());
+      }
+    }
+    if (s.contains("format") && s["format"].is_string()) {
+      std::string f = s["format"].get<std::string>();
+      std::string content = schema_detail::format_content(f, rules_);
+      if (!content.empty()) {
+        if (min_len || max_len) {
+          warn("minLength", ptr, "minLength/maxLength are not enforced together with format");
+        }
+        return rules_.add(f, q + " " + content + " " + q);
+      }
+    }
+    if (lo == 0 && hi < 0) return string_rule();
+    std::string body = repeat(json_char(), lo, hi, lo > 0 ? "minLength" : "maxLength", ptr);
+    return rules_.add(hint_of(ptr), q + " " + (body.empty() ? "" : body + " ") + q);
+  }
+
+  // ---- numbers ---------------------------------------------------------------------------
+
+  std::optional<Bound> bound(const json& s, const char* inclusive, const char* exclusive,
+                             bool lower, const std::string& ptr) {
+    std::optional<Bound> b;
+    auto tighter = [&](Bound c) {
+      if (!b) {
+        b = c;
+      } else if (lower ? (c.value > b->value || (c.value == b->value && c.exclusive))
+                       : (c.value < b->value || (c.value == b->value && c.exclusive))) {
+        b = c;
+      }
+    };
+    if (s.contains(inclusive)) {
+      const json& v = s[inclusive];
+      if (!v.is_number()) fail(inclusive, ptr, std::string(inclusive) + " must be a number");
+      bool excl = s.contains(exclusive) && s[exclusive].is_boolean() && s[exclusive].get<bool>();
+      tighter({v.get<double>(), excl});
+    }
+    if (s.contains(exclusive) && s[exclusive].is_number()) {
+      tighter({s[exclusive].get<double>(), true});
+    }
+    return b;
+  }
+
+  std::string gen_number(const json& s, const std::string& ptr, bool integer) {
+    auto lo = bound(s, "minimum", "exclusiveMinimum", true, ptr);
+    auto hi = bound(s, "maximum", "exclusiveMaximum", false, ptr);
+    std::optional<double> mult;
+    if (s.contains("multipleOf")) {
+      const json& m = s["multipleOf"];
+      if (!m.is_number() || m.get<double>() <= 0) fail("multipleOf", ptr, "multipleOf must be > 0");
+      mult = m.get<double>();
+    }
+    if (integer) {
+      std::optional<int64_t> a, b;
+      const double lim = 9.2e18;
+      if (lo) {
+        double v = lo->exclusive ? std::floor(lo->value) + 1 : std::ceil(lo->value);
+        if (v > lim) return "";
+        if (v > -lim) a = static_cast<int64_t>(v);
+      }
+      if (hi) {
+        double v = hi->exclusive ? std::ceil(hi->value) - 1 : std::floor(hi->value);
+        if (v < -lim) return "";
+        if (v < lim) b = static_cast<int64_t>(v);
+      }
+      if (mult && *mult != 1.0 && std::floor(*mult) != *mult) {
+        // A fractional multipleOf on integers: every integer that is a multiple; only
+        // handled when 1/mult is an integer (all integers qualify).
+        double inv = 1.0 / *mult;
+        if (std::fabs(inv - std::round(inv)) > 1e-9)
+          warn("multipleOf", ptr, "multipleOf is not enforced");
+      } else if (mult && *mult > 1) {
+        if (!a && !b && *mult <= 100) return multiple_of(static_cast<int64_t>(*mult));
+        warn("multipleOf", ptr, "multipleOf is only enforced on integers without bounds");
+      }
+      return schema_detail::integer_range(a, b, rules_);
+    }
+    bool widened = false;
+    std::string e = schema_detail::number_range(lo, hi, rules_, widened);
+    if (widened) warn("minimum", ptr, "a fractional bound on a number is widened to an integer");
+    if (mult) {
+      double inv = 1.0 / *mult;
+      double digits = std::log10(inv);
+      if (!lo && !hi && *mult < 1 && std::fabs(digits - std::round(digits)) < 1e-9) {
+        // multipleOf 10^-d: at most d decimals.
+        int d = static_cast<int>(std::round(digits));
+        return rules_.add(
+            "number-dec" + std::to_string(d),
+            "\"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]{1," + std::to_string(d) + "})?");
+      }
+      if (*mult == 1.0 || (std::floor(*mult) == *mult && *mult <= 100 && !lo && !hi)) {
+        // Numbers that are multiples of an integer are integers (written without fraction).
+        if (*mult == 1.0)
+          return gen_number(json{{"minimum", lo ? json(lo->value) : json()}}, ptr, true);
+        return multiple_of(static_cast<int64_t>(*mult));
+      }
+      warn("multipleOf", ptr, "multipleOf is not enforced on this number");
+    }
+    return e;
+  }
+
+  // Integers divisible by k (k >= 2): a divisibility automaton over decimal digits.
+  std::string multiple_of(int64_t k) {
+    std::string key = "mult-" + std::to_string(k);
+    auto it = mult_rules_.find(k);
+    if (it != mult_rules_.end()) return it->second;
+    // state r: remainder so far; D_r accepts the rest of the digits ending at remainder 0.
+    std::vector<std::string> names(static_cast<size_t>(k));
+    for (int64_t r = 0; r < k; ++r)
+      names[static_cast<size_t>(r)] = rules_.reserve(key + "-r" + std::to_string(r));
+    for (int64_t r = 0; r < k; ++r) {
+      std::vector<std::string> alts;
+      if (r == 0) alts.push_back("\"\"");
+      std::map<int64_t, std::string> by_next;
+      for (int d = 0; d <= 9; ++d) by_next[(r * 10 + d) % k] += static_cast<char>('0' + d);
+      for (auto& [next, ds] : by_next) {
+        std::string cls = ds.size() == 1 ? "\"" + ds + "\"" : "[" + ds + "]";
+        alts.push_back(cls + " " + names[static_cast<size_t>(next)]);
+      }
+      rules_.define(names[static_cast<size_t>(r)], join_alts(alts));
+    }
+    // First digit nonzero (or the number 0).
+    std::map<int64_t, std::string> first;
+    for (int d = 1; d <= 9; ++d) first[d % k] += static_cast<char>('0' + d);
+    std::vector<std::string> alts = {"\"0\""};
+    for (auto& [next, ds] : first) {
+      std::string cls = ds.size() == 1 ? "\"" + ds + "\"" : "[" + ds + "]";
+      alts.push_back("\"-\"? " + cls + " " + names[static_cast<size_t>(next)]);
+    }
+    std::string name = rules_.add(key, join_alts(alts));
+    mult_rules_.emplace(k, name);
+    return name;
+  }
+
+  // ---- arrays ----------------------------------------------------------------------------
+
+  std::string gen_array(const json& s, const std::string& ptr, int depth) {
+    std::vector<std::string> prefix;
+    const json* rest = nullptr;
+    std::string rest_ptr;
+    json true_schema = true;
+    bool rest_allowed = true;
+    if (s.contains("prefixItems") && s["prefixItems"].is_array()) {
+      const json& p = s["prefixItems"];
+      for (size_t i = 0; i < p.size(); ++i) {
+        prefix.push_back(visit(p[i], ptr + "/prefixItems/" + std::to_string(i), depth + 1));
+      }
+      if (s.contains("items")) rest = &s["items"], rest_ptr = ptr + "/items";
+    } else if (s.contains("items") && s["items"].is_array()) {
+      const json& p = s["items"];
+      for (size_t i = 0; i < p.size(); ++i) {
+        prefix.push_back(visit(p[i], ptr + "/items/" + std::to_string(i), depth + 1));
+      }
+      if (s.contains("additionalItems"))
+        rest = &s["additionalItems"], rest_ptr = ptr + "/additionalItems";
+    } else if (s.contains("items")) {
+      rest = &s["items"], rest_ptr = ptr + "/items";
+    }
+    std::string rest_expr;
+    if (rest) {
+      rest_expr = visit(*rest, rest_ptr, depth + 1);
+    } else {
+      rest_expr = any_value();
+    }
+    if (rest_expr.empty()) rest_allowed = false;
+    long min = count_keyword(s, "minItems", ptr).value_or(0);
+    auto max_opt = count_keyword(s, "maxItems", ptr);
+    long max = max_opt ? *max_opt : -1;
+    long k = static_cast<long>(prefix.size());
+    // A prefix item that accepts nothing caps the length before it.
+    for (long i = 0; i < k; ++i) {
+      if (prefix[static_cast<size_t>(i)].empty()) {
+        max = max < 0 ? i : std::min(max, i);
+        k = i;
+        prefix.resize(static_cast<size_t>(i));
+        rest_allowed = false;
+        break;
+      }
+    }
+    if (!rest_allowed) max = max < 0 ? k : std::min(max, k);
+    if (max >= 0 && min > max) return "";
+    if (min > opt_.max_repeat) {
+      fail("minItems", ptr,
+           "minItems " + std::to_string(min) + " exceeds the limit " +
+               std::to_string(opt_.max_repeat));
+    }
+    std::string w = ws_.empty() ? "" : ws_ + " ";
+    // Items after the prefix: count in [max(0, min-k), max-k].
+    std::string tail;  // items at positions >= k, each preceded by a separator unless first
+    if (rest_allowed && (max < 0 || max > k)) {
+      long cmin = std::max(0L, min - k);
+      long cmax = max < 0 ? -1 : max - k;
+      std::string item = rest_expr;
+      if (k == 0) {
+        std::string more = repeat("(" + sep() + " " + item + ")", std::max(0L, cmin - 1),
+                                  cmax < 0 ? -1 : cmax - 1, "maxItems", ptr);
+        std::string seq = item + (more.empty() ? "" : " " + rules_.add("items", more));
+        tail = cmin == 0 ? "(" + seq + ")?" : seq;
+      } else {
+        std::string more = repeat("(" + sep() + " " + item + ")", cmin, cmax, "maxItems", ptr);
+        tail = more.empty() ? "" : rules_.add("items", more);
+      }
+    }
+    // Prefix items from the back.
+    std::string seq = tail;
+    for (long i = k - 1; i >= 0; --i) {
+      std::string item = (i > 0 ? sep() + " " : "") + prefix[static_cast<size_t>(i)];
+      std::string cur = seq.empty() ? item : item + " " + seq;
+      bool optional = i >= min;
+      seq = optional ? "(" + cur + ")?" : cur;
+    }
+    std::string body;
+    if (seq.empty()) {
+      body = "\"[\" " + w + "\"]\"";
+    } else if (min == 0) {
+      body = "\"[\" " + w + "(" + seq + " " + w + ")? \"]\"";
+      if (w.empty()) body = "\"[\" " + seq + " \"]\"";
+    } else {
+      body = "\"[\" " + w + seq + " " + w + "\"]\"";
+    }
+    return rules_.add(hint_of(ptr), body);
+  }
+
+  // ---- objects ---------------------------------------------------------------------------
+
+  // A JSON string (with quotes) whose content is none of `keys`.
+  std::string key_not_in(const std::vector<std::string>& keys) {
+    std::string sig;
+    for (const std::string& k : keys) sig += k + '\x01';
+    auto it = not_in_rules_.find(sig);
+    if (it != not_in_rules_.end()) return it->second;
+    // Trie over code points.
+    struct TrieNode {
+      std::map<uint32_t, int> kids;
+      bool terminal = false;
+    };
+    std::vector<TrieNode> trie(1);
+    size_t total = 0;
+    for (const std::string& k : keys) {
+      int n = 0;
+      size_t pos = 0;
+      while (pos < k.size()) {
+        uint32_t c;
+        if (!gbnf::decode_utf8(k, pos, c)) c = static_cast<unsigned char>(k[pos++]);
+        auto f = trie[static_cast<size_t>(n)].kids.find(c);
+        if (f == trie[static_cast<size_t>(n)].kids.end()) {
+          trie.push_back({});
+          int id = static_cast<int>(trie.size() - 1);
+          trie[static_cast<size_t>(n)].kids.emplace(c, id);
+          n = id;
+        } else {
+          n = f->second;
+        }
+      }
+      trie[static_cast<size_t>(n)].terminal = true;
+      total += k.size();
+    }
+    std::string str = string_rule();
+    if (trie.size() > 4000) {
+      not_in_rules_.emplace(sig, str);
+      return str;  // too large: any key (documented approximation)
+    }
+    std::string tail = rules_.add("key-tail", json_char() + "* \"\\\"\"");
+    std::vector<std::string> names(trie.size());
+    for (size_t i = 0; i < trie.size(); ++i) names[i] = rules_.reserve("key-other");
+    for (size_t i = 0; i < trie.size(); ++i) {
+      const TrieNode& n = trie[i];
+      std::vector<std::string> alts;
+      if (!n.terminal) alts.push_back("\"\\\"\"");
+      gbnf::CharSet children;
+      for (auto& [c, id] : n.kids) {
+        children.add(c);
+        std::string enc = json(std::string()).dump();
+        std::string one;
+        gbnf::append_utf8(one, c);
+        std::string content = json(one).dump(-1, ' ', false, json::error_handler_t::replace);
+        content = content.substr(1, content.size() - 2);
+        alts.push_back(gbnf::literal(content) + " " + names[static_cast<size_t>(id)]);
+      }
+      gbnf::CharSet other = gbnf::CharSet::all().minus(children);
+      // Escapes always count as "other" (keys are compared in their canonical encoding).
+      std::string oc =
+          regex_detail::char_expression(other, rules_, regex_detail::Encoding::JsonString);
+      if (!oc.empty()) alts.push_back("(" + oc + ") " + tail);
+      rules_.define(names[i], join_alts(alts));
+    }
+    std::string name = rules_.add("key-other", "\"\\\"\" " + names[0]);
+    not_in_rules_.emplace(sig, name);
+    return name;
+  }
+
+  std::string gen_object(const json& s, const std::string& ptr, int depth) {
+    struct Prop {
+      std::string key;
+      std::string kv;  // member expression; empty: the property cannot appear
+      bool required = false;
+    };
+    std::vector<Prop> props;
+    std::set<std::string> required;
+    if (s.contains("required")) {
+      const json& r = s["required"];
+      if (r.is_array()) {
+        for (const json& x : r) {
+          if (x.is_string()) required.insert(x.get<std::string>());
+        }
+      }
+    }
+    json default_add = opt_.additional_properties_default;
+    const json* add =
+        s.contains("additionalProperties") ? &s["additionalProperties"] : &default_add;
+    const json* pats = s.contains("patternProperties") && s["patternProperties"].is_object()
+                           ? &s["patternProperties"]
+                           : nullptr;
+    std::string add_expr = visit(*add, ptr + "/additionalProperties", depth + 1);
+    auto member = [&](const std::string& key, const std::string& value) {
+      std::string klit =
+          gbnf::literal(json(key).dump(-1, ' ', false, json::error_handler_t::replace));
+      return klit + " " + colon() + " " + value;
+    };
+    std::set<std::string> named;
+    if (s.contains("properties")) {
+      const json& p = s["properties"];
+      if (!p.is_object()) fail("properties", ptr, "properties must be an object");
+      if (p.size() > opt_.max_properties) {
+        fail("properties", ptr, "more than " + std::to_string(opt_.max_properties) + " properties");
+      }
+      for (auto it = p.begin(); it != p.end(); ++it) {
+        std::string v =
+            visit(it.value(), ptr + "/properties/" + escape_pointer_token(it.key()), depth + 1);
+        Prop pr{it.key(), v.empty() ? "" : member(it.key(), v), required.count(it.key()) != 0};
+        if (pr.kv.empty() && pr.required) return "";
+        named.insert(it.key());
+        props.push_back(std::move(pr));
+      }
+    }
+    // Required keys without a property schema: any value the other keywords allow.
+    for (const std::string& r : required) {
+      if (named.count(r)) continue;
+      std::string v = add_expr;
+      if (pats) {
+        // A required key matched by a pattern takes that schema (approximated: any value).
+        v = any_value();
+      }
+      if (v.empty()) return "";
+      props.push_back({r, member(r, v), true});
+      named.insert(r);
+    }
+    // Extra members: pattern properties and additional properties.
+    std::vector<std::string> extra_alts;
+    if (pats) {
+      for (auto it = pats->begin(); it != pats->end(); ++it) {
+        std::string v = visit(
+            it.value(), ptr + "/patternProperties/" + escape_pointer_token(it.key()), depth + 1);
+        if (v.empty()) continue;
+        RegexOptions ro;
+        ro.search = true;
+        ro.max_repeat = opt_.max_repeat;
+        try {
+          std::string k = regex_detail::regex_expression(it.key(), rules_,
+                                                         regex_detail::Encoding::JsonString, ro);
+          extra_alts.push_back("\"\\\"\" " + k + " \"\\\"\" " + colon() + " " + v);
+        } catch (const RegexError& e) {
+          warn("patternProperties", ptr, std::string("pattern not enforced: ") + e.what());
+          extra_alts.push_back(string_rule() + " " + colon() + " " + v);
+        }
+      }
+    }
+    if (!add_expr.empty()) {
+      std::vector<std::string> keys(named.begin(), named.end());
+      extra_alts.push_back(key_not_in(keys) + " " + colon() + " " + add_expr);
+    }
+    std::string extra =
+        extra_alts.empty() ? "" : rules_.add(hint_of(ptr) + "-extra", join_alts(extra_alts));
+
+    long min_p = count_keyword(s, "minProperties", ptr).value_or(0);
+    auto max_p_opt = count_keyword(s, "maxProperties", ptr);
+    long max_p = max_p_opt ? *max_p_opt : -1;
+    long n = static_cast<long>(props.size());
+    long cap = max_p >= 0 ? max_p : std::max(1L, min_p);
+    if ((cap + 1) * (n + 1) > 20000) {
+      warn(max_p >= 0 ? "maxProperties" : "minProperties", ptr,
+           "minProperties/maxProperties too large to enforce");
+      min_p = 0, max_p = -1, cap = 1;
+    }
+    // Counting: how many named properties must / may still come from index i.
+    std::vector<long> req_from(static_cast<size_t>(n + 1), 0),
+        avail_from(static_cast<size_t>(n + 1), 0);
+    for (long i = n - 1; i >= 0; --i) {
+      const Prop& p = props[static_cast<size_t>(i)];
+      req_from[static_cast<size_t>(i)] =
+          req_from[static_cast<size_t>(i + 1)] + (p.required ? 1 : 0);
+      avail_from[static_cast<size_t>(i)] =
+          avail_from[static_cast<size_t>(i + 1)] + (p.kv.empty() ? 0 : 1);
+    }
+    auto sat = [&](long c) { return max_p >= 0 ? c : std::min(c, cap); };
+    auto feasible = [&](long i, long c) {
+      long need = c + req_from[static_cast<size_t>(i)];
+      if (max_p >= 0 && need > max_p) return false;
+      if (!extra.empty()) return true;
+      return c + avail_from[static_cast<size_t>(i)] >= min_p;
+    };
+    if (!feasible(0, 0)) return "";
+    std::string w = ws_.empty() ? "" : ws_ + " ";
+    std::map<std::pair<long, long>, std::string> names;
+    std::string base = hint_of(ptr);
+    auto state_name = [&](long i, long c) {
+      auto key = std::make_pair(i, c);
+      auto f = names.find(key);
+      if (f != names.end()) return f->second;
+      std::string nm = rules_.reserve(base + "-obj");
+      names.emplace(key, nm);
+      return nm;
+    };
+    std::vector<std::pair<long, long>> work = {{0, 0}};
+    std::set<std::pair<long, long>> done;
+    state_name(0, 0);
+    while (!work.empty()) {
+      auto [i, c] = work.back();
+      work.pop_back();
+      if (!done.insert({i, c}).second) continue;
+      std::vector<std::string> alts;
+      std::string lead = c > 0 ? sep() + " " : "";
+      auto go = [&](long ni, long nc) {
+        if (!done.count({ni, nc})) work.push_back({ni, nc});
+        return state_name(ni, nc);
+      };
+      if (i < n) {
+        const Prop& p = props[static_cast<size_t>(i)];
+        if (!p.kv.empty() && (max_p < 0 || c + 1 <= max_p) && feasible(i + 1, sat(c + 1))) {
+          alts.push_back(lead + p.kv + " " + go(i + 1, sat(c + 1)));
+        }
+        if (!p.required && feasible(i + 1, c)) alts.push_back(go(i + 1, c));
+      }
+      if (!extra.empty() && (max_p < 0 || c + 1 <= max_p) && feasible(i, sat(c + 1))) {
+        alts.push_back(lead + extra + " " + go(i, sat(c + 1)));
+      }
+      if (i == n && c >= min_p) alts.push_back(c == 0 ? "\"}\"" : w + "\"}\"");
+      rules_.define(state_name(i, c), alts.empty() ? kNeverBody : join_alts(alts));
+    }
+    return rules_.add(base, "\"{\" " + w + state_name(0, 0));
+  }
+
+  const json& root_;
+  const SchemaOptions& opt_;
+  gbnf::RuleSet rules_;
+  std::string ws_;
+  std::string any_;
+  std::string base_id_;
+  std::deque<json> arena_;
+  std::multimap<std::string, std::pair<const json*, std::string>> anchors_;
+  std::unordered_map<std::string, std::string> ref_rules_;
+  std::unordered_map<std::string, std::string> synthetic_;
+  std::map<std::string, std::string> not_in_rules_;
+  std::map<int64_t, std::string> mult_rules_;
+};
+
+}  // namespace
+
+std::string json_schema_to_gbnf(std::string_view schema_json, const SchemaOptions& options) {
+  json schema;
+  try {
+    schema = json::parse(schema_json);
+  } catch (const json::exception& e) {
+    throw SchemaError(std::string("schema is not valid JSON: ") + e.what(), "");
+  }
+  try {
+    Converter c(schema, options);
+    return c.run();
+  } catch (const gbnf::GrammarTooLarge& e) {
+    throw SchemaError(e.what(), "");
+  } catch (const json::exception& e) {
+    throw SchemaError(std::string("malformed schema: ") + e.what(), "");
+  }
+}
+
+}  // namespace lacuna

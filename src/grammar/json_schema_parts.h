@@ -1,0 +1,34 @@
+// json_schema_parts.h — internal pieces of the JSON Schema front end: numeric-range and
+// string-format grammars.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "grammar/regex_gbnf.h"
+
+namespace lacuna::schema_detail {
+
+// A bound on a number: value and whether it is exclusive.
+struct Bound {
+  double value = 0;
+  bool exclusive = false;
+};
+
+// GBNF expression for the decimal integers n with lo <= n <= hi (either side optional).
+// Returns "" when no integer fits.
+std::string integer_range(std::optional<int64_t> lo, std::optional<int64_t> hi,
+                          gbnf::RuleSet& rules);
+
+// GBNF expression for JSON numbers within the bounds. Exact for integer-valued bounds; a
+// fractional bound is widened to the enclosing integer (`widened` set). Numbers are written
+// without exponent when bounded. Returns "" when nothing fits.
+std::string number_range(std::optional<Bound> lo, std::optional<Bound> hi, gbnf::RuleSet& rules,
+                         bool& widened);
+
+// GBNF expression for the content (between the quotes) of a string in the given format,
+// or "" for a format without a grammar.
+std::string format_content(const std::string& format, gbnf::RuleSet& rules);
+
+}  // namespace lacuna::schema_detail

@@ -1,0 +1,707 @@
+// regex.cpp — ECMAScript regex parser and its translation into GBNF rules.
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "grammar/regex_convert.h"
+#include "lacuna/regex.h"
+
+namespace lacuna {
+namespace regex_detail {
+namespace {
+
+using gbnf::CharSet;
+
+struct Node {
+  enum class Kind { Chars, Seq, Alt, Repeat, Start, End };
+  Kind kind = Kind::Seq;
+  CharSet chars;
+  std::vector<Node> kids;
+  long min = 0;
+  long max = 0;  // -1 = unbounded
+};
+
+Node make_chars(CharSet s) {
+  Node n;
+  n.kind = Node::Kind::Chars;
+  n.chars = std::move(s);
+  return n;
+}
+
+CharSet digit_set() {
+  return CharSet::range('0', '9');
+}
+CharSet word_set() {
+  CharSet s = CharSet::range('a', 'z');
+  s.add('A', 'Z');
+  s.add('0', '9');
+  s.add('_');
+  return s;
+}
+CharSet space_set() {
+  CharSet s;
+  for (uint32_t c : {0x09u, 0x0Au, 0x0Bu, 0x0Cu, 0x0Du, 0x20u, 0xA0u, 0x1680u, 0x2028u, 0x2029u,
+                     0x202Fu, 0x205Fu, 0x3000u, 0xFEFFu}) {
+    s.add(c);
+  }
+  s.add(0x2000, 0x200A);
+  return s;
+}
+CharSet line_terminators() {
+  CharSet s;
+  s.add('\n');
+  s.add('\r');
+  s.add(0x2028, 0x2029);
+  return s;
+}
+
+class Parser {
+ public:
+  Parser(std::string_view src, const RegexOptions& opt) : opt_(opt) {
+    size_t pos = 0;
+    while (pos < src.size()) {
+      uint32_t c;
+      size_t at = pos;
+      if (!gbnf::decode_utf8(src, pos, c)) throw RegexError("invalid UTF-8 in pattern", at);
+      cps_.push_back(c);
+      offs_.push_back(at);
+    }
+    offs_.push_back(src.size());
+  }
+
+  Node parse() {
+    Node n = parse_alt(0);
+    if (i_ < cps_.size()) {
+      if (cps_[i_] == ')') fail("unmatched ')'");
+      fail("unexpected character");
+    }
+    return n;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& msg) const {
+    throw RegexError(msg, offs_[std::min(i_, cps_.size())]);
+  }
+  bool eof() const { return i_ >= cps_.size(); }
+  uint32_t peek(size_t k = 0) const { return i_ + k < cps_.size() ? cps_[i_ + k] : 0xFFFFFFFF; }
+
+  Node parse_alt(int depth) {
+    if (depth > 200) fail("groups nested too deeply");
+    Node first = parse_seq(depth);
+    if (peek() != '|') return first;
+    Node alt;
+    alt.kind = Node::Kind::Alt;
+    alt.kids.push_back(std::move(first));
+    while (peek() == '|') {
+      ++i_;
+      alt.kids.push_back(parse_seq(depth));
+    }
+    return alt;
+  }
+
+  Node parse_seq(int depth) {
+    Node seq;
+    seq.kind = Node::Kind::Seq;
+    while (!eof() && peek() != '|' && peek() != ')') {
+      Node atom;
+      uint32_t c = peek();
+      if (c == '^') {
+        ++i_;
+        atom.kind = Node::Kind::Start;
+        seq.kids.push_back(std::move(atom));
+        continue;
+      }
+      if (c == '$') {
+        ++i_;
+        atom.kind = Node::Kind::End;
+        seq.kids.push_back(std::move(atom));
+        continue;
+      }
+      size_t atom_start = i_;
+      if (c == '(') {
+        ++i_;
+        if (peek() == '?') {
+          if (peek(1) == ':') {
+            i_ += 2;
+          } else if (peek(1) == '<' && peek(2) != '=' && peek(2) != '!') {
+            i_ += 2;
+            while (!eof() && peek() != '>') ++i_;
+            if (eof()) fail("unterminated group name");
+            ++i_;
+          } else {
+            i_ = atom_start;
+            fail("lookaround assertions are not supported");
+          }
+        }
+        atom = parse_alt(depth + 1);
+        if (peek() != ')') fail("missing ')'");
+        ++i_;
+      } else if (c == '[') {
+        atom = make_chars(parse_class());
+      } else if (c == '.') {
+        ++i_;
+        atom = make_chars(line_terminators().complement());
+      } else if (c == '\\') {
+        ++i_;
+        if (eof()) fail("pattern ends with '\\'");
+        uint32_t e = peek();
+        if (e == 'b' || e == 'B') fail("word-boundary assertions are not supported");
+        if (e >= '1' && e <= '9') fail("backreferences are not supported");
+        atom = make_chars(parse_escape(false));
+      } else if (c == '*' || c == '+' || c == '?') {
+        fail("nothing to repeat");
+      } else if (c == '{' && quantifier_ahead()) {
+        fail("nothing to repeat");
+      } else {
+        ++i_;
+        atom = make_chars(CharSet::of(c));
+      }
+      parse_quantifiers(atom);
+      seq.kids.push_back(std::move(atom));
+    }
+    if (seq.kids.size() == 1) return std::move(seq.kids[0]);
+    return seq;
+  }
+
+  // True when a {m}, {m,} or {m,n} quantifier starts at the current position.
+  bool quantifier_ahead() const {
+    size_t k = i_;
+    if (k >= cps_.size() || cps_[k] != '{') return false;
+    ++k;
+    size_t digits = 0;
+    while (k < cps_.size() && cps_[k] >= '0' && cps_[k] <= '9') ++k, ++digits;
+    if (digits == 0) return false;
+    if (k < cps_.size() && cps_[k] == '}') return true;
+    if (k >= cps_.size() || cps_[k] != ',') return false;
+    ++k;
+    while (k < cps_.size() && cps_[k] >= '0' && cps_[k] <= '9') ++k;
+    return k < cps_.size() && cps_[k] == '}';
+  }
+
+  long parse_number() {
+    long v = 0;
+    while (!eof() && peek() >= '0' && peek() <= '9') {
+      if (v < 100000000) v = v * 10 + static_cast<long>(peek() - '0');
+      ++i_;
+    }
+    return v;
+  }
+
+  void parse_quantifiers(Node& atom) {
+    while (!eof()) {
+      uint32_t c = peek();
+      long mn, mx;
+      size_t q_start = i_;
+      if (c == '*') {
+        mn = 0, mx = -1, ++i_;
+      } else if (c == '+') {
+        mn = 1, mx = -1, ++i_;
+      } else if (c == '?') {
+        mn = 0, mx = 1, ++i_;
+      } else if (c == '{' && quantifier_ahead()) {
+        ++i_;
+        mn = parse_number();
+        mx = mn;
+        if (peek() == ',') {
+          ++i_;
+          mx = (peek() == '}') ? -1 : parse_number();
+        }
+        ++i_;  // '}'
+        if (mx >= 0 && mx < mn) {
+          i_ = q_start;
+          fail("numbers out of order in {} quantifier");
+        }
+      } else {
+        return;
+      }
+      if (peek() == '?') ++i_;  // lazy: same language
+      if (atom.kind == Node::Kind::Start || atom.kind == Node::Kind::End) {
+        i_ = q_start;
+        fail("nothing to repeat");
+      }
+      if (mn > opt_.max_repeat) {
+        i_ = q_start;
+        fail("repetition count " + std::to_string(mn) + " exceeds the limit " +
+             std::to_string(opt_.max_repeat));
+      }
+      if (mx > opt_.max_repeat) {
+        if (opt_.on_warning) {
+          opt_.on_warning("regex: upper bound " + std::to_string(mx) + " above " +
+                          std::to_string(opt_.max_repeat) + " treated as unbounded");
+        }
+        mx = -1;
+      }
+      Node rep;
+      rep.kind = Node::Kind::Repeat;
+      rep.min = mn;
+      rep.max = mx;
+      rep.kids.push_back(std::move(atom));
+      atom = std::move(rep);
+    }
+  }
+
+  uint32_t parse_hex(int n) {
+    uint32_t v = 0;
+    for (int k = 0; k < n; ++k) {
+      uint32_t c = peek();
+      int d;
+      if (c >= '0' && c <= '9') {
+        d = static_cast<int>(c - '0');
+      } else if (c >= 'a' && c <= 'f') {
+        d = static_cast<int>(c - 'a' + 10);
+      } else if (c >= 'A' && c <= 'F') {
+        d = static_cast<int>(c - 'A' + 10);
+      } else {
+        fail("invalid hexadecimal escape");
+      }
+      v = v * 16 + static_cast<uint32_t>(d);
+      ++i_;
+    }
+    return v;
+  }
+
+  // After the backslash. Returns the set of code points the escape stands for.
+  CharSet parse_escape(bool in_class) {
+    uint32_t e = peek();
+    ++i_;
+    switch (e) {
+      case 'd':
+        return digit_set();
+      case 'D':
+        return digit_set().complement();
+      case 'w':
+        return word_set();
+      case 'W':
+        return word_set().complement();
+      case 's':
+        return space_set();
+      case 'S':
+        return space_set().complement();
+      case 'n':
+        return CharSet::of('\n');
+      case 'r':
+        return CharSet::of('\r');
+      case 't':
+        return CharSet::of('\t');
+      case 'f':
+        return CharSet::of('\f');
+      case 'v':
+        return CharSet::of('\v');
+      case '0':
+        if (peek() >= '0' && peek() <= '9') fail("octal escapes are not supported");
+        return CharSet::of(0);
+      case 'b':
+        if (in_class) return CharSet::of('\b');
+        break;
+      case 'c': {
+        uint32_t l = peek();
+        if ((l >= 'a' && l <= 'z') || (l >= 'A' && l <= 'Z')) {
+          ++i_;
+          return CharSet::of(l % 32);
+        }
+        --i_;
+        return CharSet::of('\\');
+      }
+      case 'x':
+        return CharSet::of(parse_hex(2));
+      case 'u': {
+        if (peek() == '{') {
+          ++i_;
+          uint32_t v = 0;
+          int n = 0;
+          while (!eof() && peek() != '}') {
+            v = v * 16 + parse_hex(1);
+            if (++n > 6 || v > gbnf::kMaxCodePoint) fail("code point out of range");
+          }
+          if (eof() || n == 0) fail("invalid \\u{...} escape");
+          ++i_;
+          return CharSet::of(v);
+        }
+        uint32_t v = parse_hex(4);
+        // A surrogate pair written as two escapes is one code point.
+        if (v >= 0xD800 && v <= 0xDBFF && peek() == '\\' && peek(1) == 'u') {
+          size_t save = i_;
+          i_ += 2;
+          bool ok = true;
+          uint32_t lo = 0;
+          for (int k = 0; k < 4 && ok; ++k) {
+            uint32_t c = peek();
+            ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+            if (ok) lo = lo * 16 + (c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10), ++i_;
+          }
+          if (ok && lo >= 0xDC00 && lo <= 0xDFFF) {
+            return CharSet::of(0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00));
+          }
+          i_ = save;
+        }
+        return CharSet::of(v);
+      }
+      case 'p':
+      case 'P':
+        --i_;
+        fail("Unicode property escapes are not supported");
+      default:
+        break;
+    }
+    if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z')) {
+      // Annex B: an unknown letter escape is the letter itself.
+      return CharSet::of(e);
+    }
+    return CharSet::of(e);  // identity escape: \. \/ \- \\ ...
+  }
+
+  CharSet parse_class() {
+    size_t start = i_;
+    ++i_;  // '['
+    bool negate = false;
+    if (peek() == '^') {
+      negate = true;
+      ++i_;
+    }
+    CharSet set;
+    bool first = true;
+    while (true) {
+      if (eof()) {
+        i_ = start;
+        fail("unterminated character class");
+      }
+      uint32_t c = peek();
+      if (c == ']') {
+        ++i_;
+        break;
+      }
+      first = false;
+      bool lo_single = true;
+      CharSet lo_set = class_atom(lo_single);
+      if (peek() == '-' && peek(1) != ']' && peek(1) != 0xFFFFFFFF && lo_single) {
+        size_t dash = i_;
+        ++i_;
+        bool hi_single = true;
+        CharSet hi_set = class_atom(hi_single);
+        if (!hi_single) {
+          // [a-\d]: Annex B makes '-' literal.
+          set.add(lo_set);
+          set.add('-');
+          set.add(hi_set);
+          continue;
+        }
+        uint32_t lo = lo_set.ranges()[0].lo, hi = hi_set.ranges()[0].lo;
+        if (lo > hi) {
+          i_ = dash;
+          fail("range out of order in character class");
+        }
+        set.add(lo, hi);
+      } else {
+        set.add(lo_set);
+      }
+    }
+    (void)first;
+    return negate ? set.complement() : set;
+  }
+
+  CharSet class_atom(bool& single) {
+    uint32_t c = peek();
+    if (c == '\\') {
+      ++i_;
+      if (eof()) fail("pattern ends with '\\'");
+      uint32_t e = peek();
+      CharSet s = parse_escape(true);
+      single = !(e == 'd' || e == 'D' || e == 'w' || e == 'W' || e == 's' || e == 'S');
+      return s;
+    }
+    ++i_;
+    single = true;
+    return CharSet::of(c);
+  }
+
+  const RegexOptions& opt_;
+  std::vector<uint32_t> cps_;
+  std::vector<size_t> offs_;
+  size_t i_ = 0;
+};
+
+bool has_anchor(const Node& n) {
+  if (n.kind == Node::Kind::Start || n.kind == Node::Kind::End) return true;
+  for (const Node& k : n.kids) {
+    if (has_anchor(k)) return true;
+  }
+  return false;
+}
+
+// One top-level alternative after anchors are taken out.
+struct Branch {
+  bool start = false;
+  bool end = false;
+  std::vector<Node> items;  // a sequence, anchors removed
+};
+
+void flatten_seq(const Node& n, std::vector<Node>& out) {
+  if (n.kind == Node::Kind::Seq) {
+    for (const Node& k : n.kids) flatten_seq(k, out);
+  } else {
+    out.push_back(n);
+  }
+}
+
+// Splits a node into anchor-free branches, distributing leading and trailing alternations
+// that contain anchors. Throws for anchors in other positions.
+void split_branches(const Node& n, std::vector<Branch>& out, size_t limit) {
+  if (out.size() > limit) throw RegexError("too many anchored alternatives", 0);
+  if (n.kind == Node::Kind::Alt) {
+    for (const Node& k : n.kids) split_branches(k, out, limit);
+    return;
+  }
+  std::vector<Node> items;
+  flatten_seq(n, items);
+  // Distribute a leading or trailing alternation holding anchors.
+  for (size_t idx : {size_t{0}, items.empty() ? size_t{0} : items.size() - 1}) {
+    if (idx < items.size() && items[idx].kind == Node::Kind::Alt && has_anchor(items[idx])) {
+      Node alt_node = items[idx];
+      for (const Node& alt : alt_node.kids) {
+        Node seq;
+        seq.kind = Node::Kind::Seq;
+        for (size_t j = 0; j < items.size(); ++j) seq.kids.push_back(j == idx ? alt : items[j]);
+        split_branches(seq, out, limit);
+      }
+      return;
+    }
+  }
+  Branch b;
+  size_t lo = 0, hi = items.size();
+  while (lo < hi && items[lo].kind == Node::Kind::Start) b.start = true, ++lo;
+  while (hi > lo && items[hi - 1].kind == Node::Kind::End) b.end = true, --hi;
+  for (size_t j = lo; j < hi; ++j) {
+    if (has_anchor(items[j])) {
+      throw RegexError("anchors are only supported at the start and end of the pattern", 0);
+    }
+    b.items.push_back(std::move(items[j]));
+  }
+  out.push_back(std::move(b));
+}
+
+class Emitter {
+ public:
+  Emitter(gbnf::RuleSet& rules, Encoding enc) : rules_(rules), enc_(enc) {}
+
+  std::string emit(const Node& n) {
+    switch (n.kind) {
+      case Node::Kind::Chars:
+        if (n.chars.empty()) return "";  // caller checks for never-matching atoms
+        return char_expression(n.chars, rules_, enc_);
+      case Node::Kind::Seq: {
+        std::string out;
+        std::string run;  // consecutive single code points, merged into one literal
+        auto flush = [&]() {
+          if (run.empty()) return;
+          if (!out.empty()) out += " ";
+          out += gbnf::literal(run);
+          run.clear();
+        };
+        for (const Node& k : n.kids) {
+          if (k.kind == Node::Kind::Chars && k.chars.size() == 1 &&
+              (enc_ == Encoding::Raw || plain_json(k.chars.ranges()[0].lo))) {
+            gbnf::append_utf8(run, k.chars.ranges()[0].lo);
+            continue;
+          }
+          std::string e = emit(k);
+          if (e.empty()) continue;
+          flush();
+          if (!out.empty()) out += " ";
+          out += wrap(k, e);
+        }
+        flush();
+        return out.empty() ? "\"\"" : out;
+      }
+      case Node::Kind::Alt: {
+        std::string out;
+        for (const Node& k : n.kids) {
+          if (!out.empty()) out += " | ";
+          std::string e = emit(k);
+          out += e.empty() ? "\"\"" : e;
+        }
+        return "(" + out + ")";
+      }
+      case Node::Kind::Repeat: {
+        const Node& inner = n.kids[0];
+        std::string e = emit(inner);
+        if (e.empty() || e == "\"\"") return "\"\"";
+        if (n.max == 0) return "\"\"";
+        std::string atom = e;
+        bool simple = inner.kind == Node::Kind::Chars;
+        if (!simple) atom = rules_.add("re-group", e);
+        if (n.min == 0 && n.max == -1) return atom + "*";
+        if (n.min == 1 && n.max == -1) return atom + "+";
+        if (n.min == 0 && n.max == 1) return atom + "?";
+        if (n.min == 1 && n.max == 1) return atom;
+        if (n.max == -1) return atom + "{" + std::to_string(n.min) + ",}";
+        if (n.min == n.max) return atom + "{" + std::to_string(n.min) + "}";
+        return atom + "{" + std::to_string(n.min) + "," + std::to_string(n.max) + "}";
+      }
+      case Node::Kind::Start:
+      case Node::Kind::End:
+        return "";
+    }
+    return "";
+  }
+
+ private:
+  static bool plain_json(uint32_t c) { return c >= 0x20 && c != '"' && c != '\\' && c != '/'; }
+
+  static std::string wrap(const Node& k, const std::string& e) {
+    if (k.kind == Node::Kind::Chars && e.find(" | ") != std::string::npos) return "(" + e + ")";
+    return e;
+  }
+
+  gbnf::RuleSet& rules_;
+  Encoding enc_;
+};
+
+bool contains_empty_class(const Node& n) {
+  if (n.kind == Node::Kind::Chars) return n.chars.empty();
+  if (n.kind == Node::Kind::Repeat) return n.min > 0 && contains_empty_class(n.kids[0]);
+  if (n.kind == Node::Kind::Alt) {
+    for (const Node& k : n.kids) {
+      if (!contains_empty_class(k)) return false;
+    }
+    return true;
+  }
+  for (const Node& k : n.kids) {
+    if (contains_empty_class(k)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string char_expression(const CharSet& set, gbnf::RuleSet& rules, Encoding encoding) {
+  if (encoding == Encoding::Raw) {
+    std::string c = gbnf::char_class(set);
+    return c;
+  }
+  CharSet plain = set.intersect(CharSet::range(0x20, gbnf::kMaxCodePoint));
+  plain = plain.minus(CharSet::of('"'));
+  plain = plain.minus(CharSet::of('\\'));
+  std::vector<std::string> alts;
+  if (!plain.empty()) alts.push_back(gbnf::char_class(plain));
+  static const std::pair<uint32_t, char> kShort[] = {{'"', '"'},  {'\\', '\\'}, {'/', '/'},
+                                                     {'\b', 'b'}, {'\f', 'f'},  {'\n', 'n'},
+                                                     {'\r', 'r'}, {'\t', 't'}};
+  CharSet letters;
+  for (auto [c, l] : kShort) {
+    if (set.contains(c)) letters.add(static_cast<uint32_t>(l));
+  }
+  if (!letters.empty()) alts.push_back("\"\\\\\" " + gbnf::char_class(letters));
+  CharSet controls = set.intersect(CharSet::range(0, 0x1F));
+  if (controls.size() == 32) {
+    alts.push_back("\"\\\\u00\" [01] [0-9a-fA-F]");
+  } else {
+    for (const CharSet::Range& r : controls.ranges()) {
+      for (uint32_t c = r.lo; c <= r.hi; ++c) {
+        static const char* kHex = "0123456789abcdef";
+        std::string lo_digit = std::string("[") + kHex[c & 15] +
+                               (kHex[c & 15] >= 'a' ? std::string(1, kHex[c & 15] - 32) : "") + "]";
+        alts.push_back("\"\\\\u00" + std::string(1, kHex[c >> 4]) + "\" " + lo_digit);
+      }
+    }
+  }
+  if (alts.empty()) return "";
+  if (alts.size() == 1) return alts[0];
+  std::string body;
+  for (const std::string& a : alts) {
+    if (!body.empty()) body += " | ";
+    body += a;
+  }
+  return rules.add("char", body);
+}
+
+std::string regex_expression(std::string_view pattern, gbnf::RuleSet& rules, Encoding encoding,
+                             const RegexOptions& options) {
+  Parser parser(pattern, options);
+  Node root = parser.parse();
+  std::vector<Branch> branches;
+  try {
+    split_branches(root, branches, 64);
+  } catch (const RegexError& e) {
+    // Re-throw with a useful position: the anchor's place is not tracked, point at the end.
+    std::string msg = e.what();
+    msg = msg.substr(0, msg.rfind(" at offset "));
+    throw RegexError(msg, pattern.size());
+  }
+  Emitter emitter(rules, encoding);
+  std::string any;
+  auto any_rule = [&]() -> const std::string& {
+    if (any.empty()) {
+      any = rules.add("re-any", char_expression(CharSet::all(), rules, encoding) + "");
+      any = any + "*";
+    }
+    return any;
+  };
+  std::string out;
+  size_t live = 0;
+  for (const Branch& b : branches) {
+    Node seq;
+    seq.kind = Node::Kind::Seq;
+    seq.kids = b.items;
+    if (contains_empty_class(seq)) continue;  // this branch can never match
+    bool anchored_start = b.start || !options.search;
+    bool anchored_end = b.end || !options.search;
+    std::string body;
+    if (!anchored_start) body += any_rule();
+    std::string e = seq.kids.empty() ? "" : emitter.emit(seq);
+    if (!e.empty() && e != "\"\"") {
+      if (!body.empty()) body += " ";
+      body += e;
+    }
+    if (!anchored_end) {
+      if (!body.empty()) body += " ";
+      body += any_rule();
+    }
+    if (body.empty()) body = "\"\"";
+    if (!out.empty()) out += " | ";
+    out += body;
+    ++live;
+  }
+  if (live == 0) throw RegexError("the pattern can never match", 0);
+  if (live == 1) return out;
+  return "(" + out + ")";
+}
+
+bool simple_repeat(std::string_view pattern, gbnf::CharSet& set, long& min, long& max) {
+  RegexOptions opt;
+  opt.max_repeat = std::numeric_limits<int>::max();
+  Node root;
+  try {
+    root = Parser(pattern, opt).parse();
+  } catch (const RegexError&) {
+    return false;
+  }
+  std::vector<Node> items;
+  flatten_seq(root, items);
+  if (items.size() != 3 || items[0].kind != Node::Kind::Start || items[2].kind != Node::Kind::End) {
+    return false;
+  }
+  const Node& mid = items[1];
+  if (mid.kind == Node::Kind::Repeat && mid.kids[0].kind == Node::Kind::Chars) {
+    set = mid.kids[0].chars;
+    min = mid.min;
+    max = mid.max;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace regex_detail
+
+std::string regex_to_gbnf(std::string_view pattern, const RegexOptions& options) {
+  gbnf::RuleSet rules(options.max_grammar_bytes);
+  std::string root;
+  try {
+    root = regex_detail::regex_expression(pattern, rules, regex_detail::Encoding::Raw, options);
+  } catch (const gbnf::GrammarTooLarge& e) {
+    throw RegexError(e.what(), 0);
+  }
+  return rules.to_string(root);
+}
+
+}  // namespace lacuna
