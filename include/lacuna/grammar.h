@@ -1,0 +1,102 @@
+// grammar.h — the grammar IR (rules of alternatives of elements), the GBNF parser and printer.
+//
+// The IR mirrors the structure llama.cpp builds from GBNF: groups and repetitions become
+// generated rules (named "<rule>-<n>"), literals become one single-character element per
+// code point. See docs/grammar.md for the accepted dialect and its limits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lacuna {
+
+// A GBNF syntax or validity error. line and column are 1-based; what() reads
+// "line L, column C: problem".
+struct GrammarError : std::runtime_error {
+  GrammarError(size_t line, size_t column, const std::string& problem);
+  size_t line;
+  size_t column;
+  std::string problem;  // the message without the position
+};
+
+// An inclusive range of code points.
+struct CharRange {
+  uint32_t lo = 0;
+  uint32_t hi = 0;
+  bool operator==(const CharRange&) const = default;
+};
+
+struct GrammarElement {
+  enum class Kind : uint8_t {
+    kChars,     // one code point from a set: a literal character, [class], [^class] or '.'
+    kRuleRef,   // a reference to rule `rule`
+    kToken,     // one token: <[id]> or <text> (resolved against the vocabulary at compile time)
+    kTokenNot,  // any one token except that one: !<[id]> or !<text>
+  };
+  Kind kind = Kind::kChars;
+  // kChars: '.' (any code point) when `any`; else (cp in ranges) != negated.
+  bool any = false;
+  bool negated = false;
+  std::vector<CharRange> ranges;
+  // kRuleRef: the referenced rule's index.
+  uint32_t rule = 0;
+  // kToken / kTokenNot: the id for <[id]>; -1 with `token_text` ("<|eot_id|>") otherwise.
+  int64_t token = -1;
+  std::string token_text;
+
+  bool operator==(const GrammarElement&) const = default;
+};
+
+using GrammarAlternative = std::vector<GrammarElement>;
+
+struct GrammarRule {
+  std::string name;
+  std::vector<GrammarAlternative> alternatives;
+  bool generated = false;  // made by the parser for a group or a repetition
+  uint32_t owner = 0;      // the user-written rule this one was generated inside (itself if not)
+  size_t line = 0;         // where the rule (or the construct it was generated for) starts
+  size_t column = 0;
+};
+
+// The grammar IR: a value type, cheap to move. Rules are referenced by index.
+class Grammar {
+ public:
+  Grammar() = default;
+  Grammar(std::vector<GrammarRule> rules, uint32_t root);
+
+  const std::vector<GrammarRule>& rules() const { return rules_; }
+  uint32_t root() const { return root_; }
+  const GrammarRule& rule(uint32_t i) const { return rules_.at(i); }
+  // Index of the rule with this name, or -1.
+  int64_t find_rule(std::string_view name) const;
+
+  // Structural checks: every reference names an existing rule, every rule has at least
+  // one alternative, no left recursion (also through rules that can match the empty
+  // string). Throws GrammarError naming the rule. parse_gbnf() already calls it.
+  void validate() const;
+
+ private:
+  std::vector<GrammarRule> rules_;
+  uint32_t root_ = 0;
+};
+
+// Limits on what the parser accepts (defaults match llama.cpp where it has a limit).
+struct GbnfLimits {
+  uint64_t max_repetition = 2000;      // bounds above this: {m} error, {m,n} means {m,}
+  uint64_t max_repeated_rules = 2000;  // llama.cpp's product-of-repetitions threshold
+  size_t max_nesting = 256;            // nested parentheses
+  size_t max_rules = 200000;
+};
+
+// Parses GBNF text (llama.cpp's dialect). Throws GrammarError with line and column.
+Grammar parse_gbnf(std::string_view text, std::string_view root = "root");
+Grammar parse_gbnf(std::string_view text, std::string_view root, const GbnfLimits& limits);
+
+// Prints the IR back as GBNF text that parses to the same language.
+std::string to_gbnf(const Grammar& grammar);
+
+}  // namespace lacuna

@@ -1,0 +1,102 @@
+// matcher.h — compiles a Grammar against a TokenIndex (CompiledGrammar, immutable, shared)
+// and matches one sequence against it (GrammarMatcher, a Constraint).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lacuna/constraint.h"
+#include "lacuna/grammar.h"
+#include "lacuna/token_index.h"
+
+namespace lacuna {
+
+// A configured limit was exceeded while compiling or matching (the grammar is too large
+// or too ambiguous for the limits in CompileOptions).
+struct GrammarLimitError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct CompileOptions {
+  size_t max_positions = 1u << 20;     // grammar elements after flattening
+  size_t max_contexts = 200000;        // precomputed grammar contexts
+  size_t max_walk_states = 100000;     // distinct parse-state sets during precomputation
+  double max_compile_ms = 30000;       // wall time for compile()
+  size_t max_memory_bytes = 1u << 30;  // precomputed tables
+  size_t max_stacks = 20000;           // parse stacks alive at once in a matcher
+  // Match control/special tokens by their text like any other token (llama.cpp does).
+  // When false they are allowed only where the grammar names them (<[id]>, <|...|>).
+  bool special_tokens_as_text = true;
+};
+
+namespace detail {
+struct CompiledData;
+}
+
+class CompiledGrammar {
+ public:
+  // token_index may be null: then only byte-level matching (accept_string) works, no masks.
+  // Throws GrammarError (unresolvable token reference) or GrammarLimitError.
+  static std::shared_ptr<const CompiledGrammar> compile(
+      const Grammar& grammar, std::shared_ptr<const TokenIndex> token_index,
+      const CompileOptions& options = {});
+  ~CompiledGrammar();
+
+  size_t memory_bytes() const;
+  double compile_ms() const;
+  size_t n_vocab() const;
+  const std::shared_ptr<const TokenIndex>& token_index() const;
+  const CompileOptions& options() const;
+  // Number of precomputed grammar contexts (for reports).
+  size_t n_contexts() const;
+
+  const detail::CompiledData& data() const { return *data_; }
+
+ private:
+  CompiledGrammar() = default;
+  std::unique_ptr<detail::CompiledData> data_;
+};
+
+namespace detail {
+class MatcherState;
+}
+
+class GrammarMatcher final : public Constraint {
+ public:
+  explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar);
+  GrammarMatcher(const GrammarMatcher& other);
+  GrammarMatcher& operator=(const GrammarMatcher&) = delete;
+  ~GrammarMatcher() override;
+
+  size_t n_vocab() const override;
+  void fill_next_token_bitmask(uint32_t* words) override;
+  bool accept_token(Token token) override;
+  // Advances by raw bytes (no token ids; token references in the grammar never match).
+  // Returns false and leaves the state unchanged when the bytes are refused. Counts as
+  // one step for rollback().
+  bool accept_string(std::string_view bytes);
+  bool rollback(size_t n) override;
+  std::unique_ptr<Constraint> fork() const override;
+  void reset() override;
+  bool is_completed() const override;
+  bool is_terminated() const override;
+  size_t forced_tokens(std::vector<Token>& out, size_t max_tokens = 64) const override;
+  std::string jump_forward_string() const override;
+
+  // Steps that rollback() can undo.
+  size_t history_size() const;
+  // Parse stacks alive now (for tests and diagnostics).
+  size_t n_stacks() const;
+  const std::shared_ptr<const CompiledGrammar>& grammar() const { return grammar_; }
+
+ private:
+  std::shared_ptr<const CompiledGrammar> grammar_;
+  std::unique_ptr<detail::MatcherState> state_;
+};
+
+}  // namespace lacuna

@@ -1,0 +1,111 @@
+// token_index.h — the bytes, decoded code points and a code-point trie of every token of a
+// vocabulary: built once per vocabulary, immutable, shared across threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lacuna/constraint.h"
+
+struct llama_vocab;
+
+namespace lacuna {
+
+// An incomplete UTF-8 sequence at the end of some bytes, as llama.cpp's grammar keeps it:
+// `value` holds the bits seen so far, `n_remain` the continuation bytes still expected
+// (0: none pending; -1: the bytes were not valid UTF-8).
+struct PartialUtf8 {
+  uint32_t value = 0;
+  int32_t n_remain = 0;
+  bool operator==(const PartialUtf8&) const = default;
+};
+
+// Decodes bytes to code points exactly as llama.cpp's grammar does (stops at a NUL byte,
+// continues `start`). On invalid input returns no code points and n_remain = -1.
+// Appends to `out`; returns the partial sequence left at the end.
+PartialUtf8 decode_utf8_like_llama(std::string_view bytes, PartialUtf8 start,
+                                   std::vector<uint32_t>& out);
+
+class TokenIndex {
+ public:
+  enum class Kind : uint8_t {
+    kText,     // matched by its code points
+    kEog,      // end of generation (EOS, EOT, ...): allowed where the grammar may end
+    kNever,    // empty piece or a piece starting with a NUL byte: never allowed
+    kInvalid,  // not valid UTF-8 from a code-point boundary (allowed only to complete a
+               // pending partial sequence)
+  };
+
+  // One node of the code-point trie, in preorder. Children of node i start at i + 1;
+  // the subtree of node i ends (exclusive) at `end`.
+  struct TrieNode {
+    uint32_t cp;
+    uint32_t end;
+    uint32_t tok_begin;  // tokens whose code points end here: trie_tokens()[tok_begin, tok_end)
+    uint32_t tok_end;
+  };
+  struct TrieToken {
+    Token id;
+    PartialUtf8 partial;  // bytes after the last full code point
+  };
+
+  // Reads every token's piece with llama_token_to_piece(special = true), as llama.cpp's
+  // grammar sampler does, and its end-of-generation flag.
+  static std::shared_ptr<const TokenIndex> build(const llama_vocab* vocab);
+
+  // A synthetic vocabulary (tests, fuzzers): token i has bytes pieces[i].
+  static std::shared_ptr<const TokenIndex> from_pieces(std::vector<std::string> pieces,
+                                                       std::vector<Token> eog = {},
+                                                       std::vector<Token> control = {});
+
+  size_t n_vocab() const { return kinds_.size(); }
+  std::string_view token_bytes(Token t) const;
+  Kind kind(Token t) const { return kinds_.at(static_cast<size_t>(t)); }
+  bool is_eog(Token t) const { return kind(t) == Kind::kEog; }
+  bool is_control(Token t) const { return control_.at(static_cast<size_t>(t)) != 0; }
+  const std::vector<Token>& eog_tokens() const { return eog_; }
+
+  // Code points of token t decoded from a code-point boundary, and what is left partial.
+  const uint32_t* code_points(Token t, size_t* n) const;
+  PartialUtf8 partial(Token t) const { return partials_[static_cast<size_t>(t)]; }
+
+  // The token whose piece is exactly `text` (control/special tokens first), if any.
+  std::optional<Token> find_piece(std::string_view text) const;
+
+  // The trie over all kText tokens (node 0 is the root, cp unused).
+  const std::vector<TrieNode>& trie() const { return trie_; }
+  const std::vector<TrieToken>& trie_tokens() const { return trie_tokens_; }
+  // Indices of the root's children, sorted by code point.
+  const std::vector<uint32_t>& root_children() const { return root_children_; }
+  // kText/kInvalid tokens whose first byte is a UTF-8 continuation byte (0x80-0xBF): the
+  // only tokens that can follow a token ending in a partial sequence.
+  const std::vector<Token>& continuation_tokens() const { return continuation_; }
+
+  double build_ms() const { return build_ms_; }
+  size_t memory_bytes() const;
+
+ private:
+  TokenIndex() = default;
+  void finish();
+
+  std::string bytes_;
+  std::vector<uint32_t> byte_off_;  // n_vocab + 1
+  std::vector<Kind> kinds_;
+  std::vector<uint8_t> control_;
+  std::vector<Token> eog_;
+  std::vector<uint32_t> cps_;
+  std::vector<uint32_t> cp_off_;  // n_vocab + 1
+  std::vector<PartialUtf8> partials_;
+  std::vector<TrieNode> trie_;
+  std::vector<TrieToken> trie_tokens_;
+  std::vector<uint32_t> root_children_;
+  std::vector<Token> continuation_;
+  double build_ms_ = 0;
+};
+
+}  // namespace lacuna

@@ -1,0 +1,457 @@
+// matcher.cpp — GrammarMatcher: a set of persistent parse stacks per sequence, token masks
+// from the precomputed context tables plus run-time checks of the few uncertain tokens.
+#include <algorithm>
+#include <cstring>
+
+#include "lacuna/matcher.h"
+#include "match/compiled_data.h"
+
+namespace lacuna {
+
+using detail::CompiledData;
+using detail::Elem;
+using detail::StackPool;
+
+namespace detail {
+
+class MatcherState {
+ public:
+  explicit MatcherState(const CompiledData* data)
+      : d_(data), pool_(&data->g, &data->contexts, false) {
+    reset();
+  }
+
+  void reset() {
+    history_.clear();
+    sets_.clear();
+    scratch_.clear();
+    const auto& g = d_->g;
+    for (uint32_t a = g.rule_alt_begin[g.root]; a < g.rule_alt_begin[g.root + 1]; ++a) {
+      pool_.start(g.alt_starts[a], StackPool::kEmpty, scratch_);
+    }
+    push_step(scratch_.data(), scratch_.size(), {}, false);
+  }
+
+  struct Step {
+    uint32_t off;
+    uint32_t len;
+    PartialUtf8 partial;
+    bool terminated;
+  };
+
+  const Step& cur() const { return history_.back(); }
+  const uint32_t* stacks() const { return sets_.data() + cur().off; }
+  size_t n_stacks() const { return cur().len; }
+  size_t history_size() const { return history_.size() - 1; }
+
+  bool rollback(size_t n) {
+    if (n > history_size()) return false;
+    for (size_t i = 0; i < n; ++i) {
+      sets_.resize(history_.back().off);
+      history_.pop_back();
+    }
+    return true;
+  }
+
+  bool is_completed() const {
+    if (cur().terminated) return true;
+    if (cur().partial.n_remain != 0) return false;
+    return has_empty();
+  }
+  bool is_terminated() const { return cur().terminated; }
+
+  bool has_empty() const {
+    const uint32_t* s = stacks();
+    for (size_t i = 0; i < n_stacks(); ++i) {
+      if (s[i] == StackPool::kEmpty) return true;
+    }
+    return false;
+  }
+
+  // Runs one token (or raw code points when id < 0) over the stacks `from`. Returns whether
+  // it is allowed (llama.cpp's mask rule); when `out` is given, appends the resulting stacks
+  // (llama.cpp's accept rule).
+  bool run(const uint32_t* from, size_t nfrom, int64_t id, bool boundary, bool as_text,
+           const uint32_t* cps, size_t n, PartialUtf8 end, std::vector<uint32_t>* out) {
+    const auto& g = d_->g;
+    bool allowed = false;
+    a_.clear();
+    uint32_t stamp = next_stamp();
+    for (size_t i = 0; i < nfrom; ++i) {
+      const uint32_t s = from[i];
+      if (s == StackPool::kEmpty) continue;
+      const Elem& e = g.elems[pool_.pos(s)];
+      if (e.kind == detail::kTok || e.kind == detail::kTokNot) {
+        if (!boundary || id < 0 || n == 0) continue;
+        const bool hit = e.kind == detail::kTok ? e.arg == static_cast<uint32_t>(id)
+                                                : e.arg != static_cast<uint32_t>(id);
+        if (!hit) continue;
+        allowed = true;
+        if (out == nullptr) return true;
+        uint32_t k;
+        const uint32_t* sc = pool_.succ(s, &k);
+        for (uint32_t j = 0; j < k; ++j) add_out(*out, sc[j]);
+        continue;
+      }
+      if (as_text && mark(s, stamp)) a_.push_back(s);
+    }
+    for (size_t i = 0; i < n && !a_.empty(); ++i) {
+      b_.clear();
+      stamp = next_stamp();
+      const uint32_t cp = cps[i];
+      for (uint32_t s : a_) {
+        if (s == StackPool::kEmpty) continue;
+        const Elem& e = g.elems[pool_.pos(s)];
+        if (e.kind != detail::kChars || !g.charsets[e.arg].match(cp)) continue;
+        uint32_t k;
+        const uint32_t* sc = pool_.succ(s, &k);
+        for (uint32_t j = 0; j < k; ++j) {
+          if (mark(sc[j], stamp)) b_.push_back(sc[j]);
+        }
+      }
+      if (b_.size() > d_->options.max_stacks) {
+        throw GrammarLimitError("grammar too ambiguous: more than " +
+                                std::to_string(d_->options.max_stacks) +
+                                " parse stacks (CompileOptions::max_stacks)");
+      }
+      a_.swap(b_);
+    }
+    if (!a_.empty()) {
+      if (end.n_remain == 0) {
+        allowed = true;
+      } else {
+        for (uint32_t s : a_) {
+          if (s == StackPool::kEmpty) continue;
+          const Elem& e = g.elems[pool_.pos(s)];
+          if (e.kind == detail::kChars && g.charsets[e.arg].match_partial(end)) {
+            allowed = true;
+            break;
+          }
+        }
+      }
+    }
+    if (out != nullptr && allowed) {
+      for (uint32_t s : a_) add_out(*out, s);
+    }
+    return allowed;
+  }
+
+  void fill(uint32_t* words) {
+    const size_t nw = bitmask_words(d_->tokens->n_vocab());
+    std::memset(words, 0, nw * sizeof(uint32_t));
+    if (cur().terminated) return;
+    const TokenIndex& tokens = *d_->tokens;
+    if (cur().partial.n_remain != 0) {
+      fill_after_partial(words);
+      return;
+    }
+    const auto& g = d_->g;
+    bool allow_eog = false;
+    const uint32_t* st = stacks();
+    const size_t ns = n_stacks();
+    for (size_t i = 0; i < ns; ++i) {
+      const uint32_t s = st[i];
+      if (s == StackPool::kEmpty) {
+        allow_eog = true;
+        continue;
+      }
+      const Elem& e = g.elems[pool_.pos(s)];
+      if (e.kind == detail::kTok) {
+        if (e.arg < tokens.n_vocab() &&
+            tokens.kind(static_cast<Token>(e.arg)) == TokenIndex::Kind::kText) {
+          size_t ncp;
+          tokens.code_points(static_cast<Token>(e.arg), &ncp);
+          if (ncp > 0) bitmask_set(words, static_cast<Token>(e.arg));
+        }
+        continue;
+      }
+      if (e.kind == detail::kTokNot) {
+        const bool had = e.arg < tokens.n_vocab() && bitmask_test(words, static_cast<Token>(e.arg));
+        const uint32_t* tb = d_->text_tokens_bitset.data();
+        for (size_t w = 0; w < nw; ++w) words[w] |= tb[w];
+        if (e.arg < tokens.n_vocab() && !had) {
+          words[e.arg >> 5] &= ~(1u << (e.arg & 31));
+        }
+        continue;
+      }
+      const uint32_t ctx = pool_.ctx(s);
+      const uint32_t mi = ctx == StackPool::kUnknown || ctx >= d_->ctx_mask.size()
+                              ? CompiledData::kNone
+                              : d_->ctx_mask[ctx];
+      if (mi == CompiledData::kNone) {
+        check_all_tokens(s, words);
+        continue;
+      }
+      const detail::ContextMask& cm = d_->masks[mi];
+      if (cm.accepted_bitset) {
+        const uint32_t* src = d_->bitset_words.data() + cm.accepted_off;
+        for (size_t w = 0; w < nw; ++w) words[w] |= src[w];
+      } else {
+        const Token* ids = d_->accepted_ids.data() + cm.accepted_off;
+        for (uint32_t k = 0; k < cm.accepted_len; ++k) bitmask_set(words, ids[k]);
+      }
+      const Token* unc = d_->uncertain_ids.data() + cm.uncertain_off;
+      for (uint32_t k = 0; k < cm.uncertain_len; ++k) {
+        const Token t = unc[k];
+        if (bitmask_test(words, t)) continue;
+        size_t ncp;
+        const uint32_t* cps = tokens.code_points(t, &ncp);
+        if (run(&s, 1, t, true, true, cps, ncp, tokens.partial(t), nullptr)) bitmask_set(words, t);
+      }
+    }
+    if (allow_eog) {
+      for (Token t : tokens.eog_tokens()) bitmask_set(words, t);
+    }
+  }
+
+  bool accept_token(Token t) {
+    if (cur().terminated || d_->tokens == nullptr) return false;
+    const TokenIndex& tokens = *d_->tokens;
+    if (t < 0 || static_cast<size_t>(t) >= tokens.n_vocab()) return false;
+    const auto kind = tokens.kind(t);
+    if (kind == TokenIndex::Kind::kEog) {
+      if (cur().partial.n_remain != 0 || !has_empty()) return false;
+      scratch_.assign(stacks(), stacks() + n_stacks());
+      push_step(scratch_.data(), scratch_.size(), cur().partial, true);
+      return true;
+    }
+    if (kind == TokenIndex::Kind::kNever) return false;
+    const bool as_text = d_->no_text.empty() || !d_->no_text[static_cast<size_t>(t)];
+    const PartialUtf8 start = cur().partial;
+    const bool boundary = start.n_remain == 0;
+    const uint32_t* cps;
+    size_t ncp;
+    PartialUtf8 end;
+    if (boundary) {
+      if (kind == TokenIndex::Kind::kInvalid) return false;
+      cps = tokens.code_points(t, &ncp);
+      end = tokens.partial(t);
+    } else {
+      cps_.clear();
+      end = decode_utf8_like_llama(tokens.token_bytes(t), start, cps_);
+      if (end.n_remain < 0) return false;
+      cps = cps_.data();
+      ncp = cps_.size();
+    }
+    scratch_.clear();
+    if (!run(stacks(), n_stacks(), t, boundary, as_text, cps, ncp, end, &scratch_)) return false;
+    push_step(scratch_.data(), scratch_.size(), end, false);
+    return true;
+  }
+
+  bool accept_string(std::string_view bytes) {
+    if (cur().terminated) return false;
+    if (bytes.empty()) {
+      scratch_.assign(stacks(), stacks() + n_stacks());
+      push_step(scratch_.data(), scratch_.size(), cur().partial, false);
+      return true;
+    }
+    cps_.clear();
+    PartialUtf8 end = decode_utf8_like_llama(bytes, cur().partial, cps_);
+    if (end.n_remain < 0) return false;
+    if (bytes.find('\0') != std::string_view::npos) return false;
+    scratch_.clear();
+    if (!run(stacks(), n_stacks(), -1, false, true, cps_.data(), cps_.size(), end, &scratch_))
+      return false;
+    push_step(scratch_.data(), scratch_.size(), end, false);
+    return true;
+  }
+
+  // The code points every continuation must start with, as UTF-8.
+  std::string jump_forward() {
+    std::string outs;
+    if (cur().terminated || cur().partial.n_remain != 0) return outs;
+    const auto& g = d_->g;
+    a_.assign(stacks(), stacks() + n_stacks());
+    for (size_t steps = 0; steps < 4096 && !a_.empty(); ++steps) {
+      int64_t cp = -1;
+      for (uint32_t s : a_) {
+        if (s == StackPool::kEmpty) return outs;
+        const Elem& e = g.elems[pool_.pos(s)];
+        if (e.kind != detail::kChars) return outs;
+        const int64_t c = g.charsets[e.arg].single();
+        if (c < 0 || (cp >= 0 && c != cp)) return outs;
+        cp = c;
+      }
+      append_utf8(outs, static_cast<uint32_t>(cp));
+      b_.clear();
+      const uint32_t stamp = next_stamp();
+      for (uint32_t s : a_) {
+        uint32_t k;
+        const uint32_t* sc = pool_.succ(s, &k);
+        for (uint32_t j = 0; j < k; ++j) {
+          if (mark(sc[j], stamp)) b_.push_back(sc[j]);
+        }
+      }
+      a_.swap(b_);
+    }
+    return outs;
+  }
+
+  const CompiledData* data() const { return d_; }
+
+ private:
+  static void append_utf8(std::string& s, uint32_t cp) {
+    if (cp < 0x80) {
+      s += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      s += static_cast<char>(0xC0 | (cp >> 6));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      s += static_cast<char>(0xE0 | (cp >> 12));
+      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      s += static_cast<char>(0xF0 | ((cp >> 18) & 0x07));
+      s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+
+  void push_step(const uint32_t* s, size_t n, PartialUtf8 partial, bool terminated) {
+    Step st{static_cast<uint32_t>(sets_.size()), static_cast<uint32_t>(n), partial, terminated};
+    sets_.insert(sets_.end(), s, s + n);
+    history_.push_back(st);
+  }
+
+  uint32_t next_stamp() {
+    if (++stamp_now_ == 0) {
+      std::fill(stamp_.begin(), stamp_.end(), 0);
+      stamp_now_ = 1;
+    }
+    return stamp_now_;
+  }
+  bool mark(uint32_t n, uint32_t stamp) {
+    if (n >= stamp_.size()) stamp_.resize(std::max<size_t>(n + 1, pool_.size()) * 2, 0);
+    if (stamp_[n] == stamp) return false;
+    stamp_[n] = stamp;
+    return true;
+  }
+  void add_out(std::vector<uint32_t>& out, uint32_t s) {
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  }
+
+  // A stack whose context was not precomputed: check every text token (slow, rare).
+  void check_all_tokens(uint32_t s, uint32_t* words) {
+    const TokenIndex& tokens = *d_->tokens;
+    for (const auto& tt : tokens.trie_tokens()) {
+      if (bitmask_test(words, tt.id)) continue;
+      if (!d_->no_text.empty() && d_->no_text[static_cast<size_t>(tt.id)]) continue;
+      size_t ncp;
+      const uint32_t* cps = tokens.code_points(tt.id, &ncp);
+      if (run(&s, 1, tt.id, true, true, cps, ncp, tt.partial, nullptr)) bitmask_set(words, tt.id);
+    }
+  }
+
+  // After a token that ended inside a UTF-8 sequence only tokens starting with a
+  // continuation byte can be valid; check each of them against all stacks.
+  void fill_after_partial(uint32_t* words) {
+    const TokenIndex& tokens = *d_->tokens;
+    const PartialUtf8 start = cur().partial;
+    for (Token t : tokens.continuation_tokens()) {
+      if (!d_->no_text.empty() && d_->no_text[static_cast<size_t>(t)]) continue;
+      cps_.clear();
+      PartialUtf8 end = decode_utf8_like_llama(tokens.token_bytes(t), start, cps_);
+      if (end.n_remain < 0) continue;
+      if (run(stacks(), n_stacks(), t, false, true, cps_.data(), cps_.size(), end, nullptr)) {
+        bitmask_set(words, t);
+      }
+    }
+  }
+
+  const CompiledData* d_;
+  StackPool pool_;
+  std::vector<Step> history_;
+  std::vector<uint32_t> sets_;
+  std::vector<uint32_t> scratch_, a_, b_, cps_;
+  std::vector<uint32_t> stamp_;
+  uint32_t stamp_now_ = 0;
+};
+
+}  // namespace detail
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar)
+    : grammar_(std::move(grammar)) {
+  if (!grammar_) throw std::invalid_argument("GrammarMatcher: null compiled grammar");
+  state_ = std::make_unique<detail::MatcherState>(&grammar_->data());
+}
+
+GrammarMatcher::GrammarMatcher(const GrammarMatcher& other)
+    : Constraint(),
+      grammar_(other.grammar_),
+      state_(std::make_unique<detail::MatcherState>(*other.state_)) {}
+
+GrammarMatcher::~GrammarMatcher() = default;
+
+size_t GrammarMatcher::n_vocab() const {
+  return grammar_->n_vocab();
+}
+
+void GrammarMatcher::fill_next_token_bitmask(uint32_t* words) {
+  if (!grammar_->token_index()) {
+    throw std::logic_error(
+        "GrammarMatcher: grammar compiled without a TokenIndex has no token masks");
+  }
+  state_->fill(words);
+}
+
+bool GrammarMatcher::accept_token(Token token) {
+  return state_->accept_token(token);
+}
+bool GrammarMatcher::accept_string(std::string_view bytes) {
+  return state_->accept_string(bytes);
+}
+bool GrammarMatcher::rollback(size_t n) {
+  return state_->rollback(n);
+}
+std::unique_ptr<Constraint> GrammarMatcher::fork() const {
+  return std::make_unique<GrammarMatcher>(*this);
+}
+void GrammarMatcher::reset() {
+  state_->reset();
+}
+bool GrammarMatcher::is_completed() const {
+  return state_->is_completed();
+}
+bool GrammarMatcher::is_terminated() const {
+  return state_->is_terminated();
+}
+size_t GrammarMatcher::history_size() const {
+  return state_->history_size();
+}
+size_t GrammarMatcher::n_stacks() const {
+  return state_->n_stacks();
+}
+
+size_t GrammarMatcher::forced_tokens(std::vector<Token>& out, size_t max_tokens) const {
+  if (!grammar_->token_index()) return 0;
+  GrammarMatcher probe(*this);
+  std::vector<uint32_t> words(bitmask_words(n_vocab()));
+  size_t added = 0;
+  while (added < max_tokens && !probe.is_terminated()) {
+    probe.fill_next_token_bitmask(words.data());
+    Token only = -1;
+    size_t count = 0;
+    for (size_t w = 0; w < words.size() && count < 2; ++w) {
+      uint32_t v = words[w];
+      while (v != 0 && count < 2) {
+        only = static_cast<Token>(w * 32 + static_cast<size_t>(__builtin_ctz(v)));
+        v &= v - 1;
+        ++count;
+      }
+    }
+    if (count != 1) break;
+    out.push_back(only);
+    ++added;
+    if (!probe.accept_token(only)) break;
+  }
+  return added;
+}
+
+std::string GrammarMatcher::jump_forward_string() const {
+  detail::MatcherState probe(*state_);
+  return probe.jump_forward();
+}
+
+}  // namespace lacuna

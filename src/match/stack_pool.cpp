@@ -1,0 +1,195 @@
+// stack_pool.cpp — character sets with llama.cpp's matching rules, and hash-consed
+// persistent parse stacks (expansion of rule references, successors after a terminal).
+#include <algorithm>
+
+#include "match/compiled_data.h"
+
+namespace lacuna::detail {
+
+bool CharSet::contains_raw(uint32_t cp) const {
+  if (cp < 128) return (ascii[cp >> 6] >> (cp & 63)) & 1u;
+  auto it = std::upper_bound(ranges.begin(), ranges.end(), cp,
+                             [](uint32_t v, const CharRange& r) { return v < r.lo; });
+  if (it == ranges.begin()) return false;
+  --it;
+  return cp <= it->hi;
+}
+
+bool CharSet::match_partial(PartialUtf8 p) const {
+  // Same rule as llama.cpp: some completion of the partial sequence could match.
+  if (p.n_remain < 0 || (p.n_remain == 1 && p.value < 2)) return false;
+  const int shift = p.n_remain * 6;
+  uint32_t low = p.value << shift;
+  uint32_t high = low | ((1u << shift) - 1);
+  if (low == 0) {
+    if (p.n_remain == 2) low = 1u << 11;
+    if (p.n_remain == 3) low = 1u << 16;
+  }
+  if (any) return true;
+  for (const auto& r : ranges) {
+    if (r.lo <= high && low <= r.hi) return !negated;
+  }
+  return negated;
+}
+
+int64_t CharSet::single() const {
+  if (any || negated || ranges.size() != 1 || ranges[0].lo != ranges[0].hi) return -1;
+  return ranges[0].lo;
+}
+
+CharSet make_charset(bool any, bool negated, std::vector<CharRange> ranges) {
+  CharSet cs;
+  cs.any = any;
+  cs.negated = negated;
+  std::sort(ranges.begin(), ranges.end(),
+            [](const CharRange& a, const CharRange& b) { return a.lo < b.lo; });
+  for (const auto& r : ranges) {
+    if (!cs.ranges.empty() && r.lo <= cs.ranges.back().hi + 1ull) {
+      cs.ranges.back().hi = std::max(cs.ranges.back().hi, r.hi);
+    } else {
+      cs.ranges.push_back(r);
+    }
+  }
+  for (const auto& r : cs.ranges) {
+    for (uint32_t c = r.lo; c <= r.hi && c < 128; ++c) cs.ascii[c >> 6] |= 1ull << (c & 63);
+  }
+  return cs;
+}
+
+StackPool::StackPool(const GrammarTables* g, const StackPool* contexts, bool local)
+    : g_(g), contexts_(contexts), local_(local) {
+  nodes_.push_back({0, 0, kEmpty, 0, 0xFFFFFFFFu});
+  table_.assign(1024, 0);
+}
+
+static inline uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return x;
+}
+
+uint32_t StackPool::find(uint32_t pos, uint32_t parent) const {
+  const size_t mask = table_.size() - 1;
+  size_t h = mix((uint64_t(pos) << 32) | parent) & mask;
+  while (true) {
+    uint32_t id = table_[h];
+    if (id == 0) return kUnknown;
+    if (nodes_[id].pos == pos && nodes_[id].parent == parent) return id;
+    h = (h + 1) & mask;
+  }
+}
+
+void StackPool::grow_table() {
+  std::vector<uint32_t> t(table_.size() * 2, 0);
+  const size_t mask = t.size() - 1;
+  for (size_t id = 1; id < nodes_.size(); ++id) {
+    size_t h = mix((uint64_t(nodes_[id].pos) << 32) | nodes_[id].parent) & mask;
+    while (t[h] != 0) h = (h + 1) & mask;
+    t[h] = static_cast<uint32_t>(id);
+  }
+  table_.swap(t);
+}
+
+bool StackPool::keep_parent(uint32_t pos, uint32_t parent) const {
+  if (parent == kEmpty) return false;
+  const uint32_t r = g_->elem_rule[pos];
+  if (!g_->rule_generated[r]) return false;
+  return g_->rule_owner[r] == g_->rule_owner[g_->elem_rule[nodes_[parent].pos]];
+}
+
+uint32_t StackPool::make(uint32_t pos, uint32_t parent) {
+  if (local_ && !keep_parent(pos, parent)) parent = kEmpty;
+  const size_t mask = table_.size() - 1;
+  size_t h = mix((uint64_t(pos) << 32) | parent) & mask;
+  while (true) {
+    uint32_t id = table_[h];
+    if (id == 0) break;
+    if (nodes_[id].pos == pos && nodes_[id].parent == parent) return id;
+    h = (h + 1) & mask;
+  }
+  const uint32_t id = static_cast<uint32_t>(nodes_.size());
+  uint32_t ctx = id;
+  if (contexts_ != nullptr) {
+    if (keep_parent(pos, parent)) {
+      uint32_t pctx = nodes_[parent].ctx;
+      ctx = pctx == kUnknown ? kUnknown : contexts_->find(pos, pctx);
+    } else {
+      ctx = contexts_->find(pos, kEmpty);
+    }
+  }
+  nodes_.push_back({pos, parent, ctx, 0, 0xFFFFFFFFu});
+  table_[h] = id;
+  if (nodes_.size() * 2 > table_.size()) grow_table();
+  return id;
+}
+
+void StackPool::expand(uint32_t node, std::vector<uint32_t>& out) {
+  // Dedup of visited nodes and outputs within this call, by stamp.
+  if (++stamp_now_ == 0) {
+    std::fill(stamp_.begin(), stamp_.end(), 0);
+    stamp_now_ = 1;
+  }
+  const uint32_t out_stamp = stamp_now_;
+  if (++stamp_now_ == 0) {
+    std::fill(stamp_.begin(), stamp_.end(), 0);
+    stamp_now_ = 2;
+  }
+  const uint32_t seen_stamp = stamp_now_;
+  // stamp_ holds two stamps per node: [2n] seen, [2n+1] emitted.
+  auto mark = [&](uint32_t n, size_t which, uint32_t s) {
+    if (stamp_.size() < 2 * nodes_.size()) stamp_.resize(4 * nodes_.size() + 64, 0);
+    uint32_t& v = stamp_[2 * n + which];
+    if (v == s) return false;
+    v = s;
+    return true;
+  };
+  for (uint32_t o : out) mark(o, 1, out_stamp);
+  const size_t work_base = work_.size();
+  work_.push_back(node);
+  while (work_.size() > work_base) {
+    uint32_t n = work_.back();
+    work_.pop_back();
+    if (!mark(n, 0, seen_stamp)) continue;
+    if (n == kEmpty) {
+      if (mark(n, 1, out_stamp)) out.push_back(n);
+      continue;
+    }
+    const uint32_t p = nodes_[n].pos;
+    const Elem& e = g_->elems[p];
+    if (e.kind != kRef) {
+      if (mark(n, 1, out_stamp)) out.push_back(n);
+      continue;
+    }
+    uint32_t base = nodes_[n].parent;
+    if (g_->elems[p + 1].kind != kEnd) base = make(p + 1, base);
+    for (uint32_t a = g_->rule_alt_begin[e.arg]; a < g_->rule_alt_begin[e.arg + 1]; ++a) {
+      const uint32_t start = g_->alt_starts[a];
+      work_.push_back(g_->elems[start].kind == kEnd ? base : make(start, base));
+    }
+  }
+}
+
+void StackPool::start(uint32_t pos, uint32_t parent, std::vector<uint32_t>& out) {
+  expand(g_->elems[pos].kind == kEnd ? parent : make(pos, parent), out);
+}
+
+const uint32_t* StackPool::succ(uint32_t node, uint32_t* n) {
+  if (nodes_[node].succ_len == 0xFFFFFFFFu) {
+    std::vector<uint32_t> tmp;
+    const uint32_t p = nodes_[node].pos;
+    start(p + 1, nodes_[node].parent, tmp);
+    nodes_[node].succ_off = static_cast<uint32_t>(succ_store_.size());
+    nodes_[node].succ_len = static_cast<uint32_t>(tmp.size());
+    succ_store_.insert(succ_store_.end(), tmp.begin(), tmp.end());
+  }
+  *n = nodes_[node].succ_len;
+  return succ_store_.data() + nodes_[node].succ_off;
+}
+
+size_t StackPool::memory_bytes() const {
+  return nodes_.capacity() * sizeof(Node) + table_.capacity() * 4 + succ_store_.capacity() * 4 +
+         stamp_.capacity() * 4 + work_.capacity() * 4;
+}
+
+}  // namespace lacuna::detail

@@ -1,0 +1,217 @@
+// token_index.cpp — builds the per-vocabulary token facts and the code-point trie of tokens.
+#include "lacuna/token_index.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <stdexcept>
+
+#include "llama.h"
+
+namespace lacuna {
+
+PartialUtf8 decode_utf8_like_llama(std::string_view bytes, PartialUtf8 start,
+                                   std::vector<uint32_t>& out) {
+  static const int kLookup[] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 3, 4};
+  const size_t base = out.size();
+  size_t i = 0;
+  const size_t n = bytes.size();
+  auto byte_at = [&](size_t k) -> uint8_t {
+    return k < n ? static_cast<uint8_t>(bytes[k]) : uint8_t{0};
+  };
+  uint32_t value = start.value;
+  int n_remain = start.n_remain;
+  // Continue a pending sequence.
+  while (byte_at(i) != 0 && n_remain > 0) {
+    uint8_t b = byte_at(i);
+    if ((b >> 6) != 2) {
+      out.resize(base);
+      return {0, -1};
+    }
+    value = (value << 6) + (b & 0x3F);
+    ++i;
+    --n_remain;
+  }
+  if (start.n_remain > 0 && n_remain == 0) out.push_back(value);
+  // Decode the rest; the last sequence may be incomplete.
+  while (byte_at(i) != 0) {
+    uint8_t first = byte_at(i);
+    n_remain = kLookup[first >> 4] - 1;
+    if (n_remain < 0) {
+      out.resize(base);
+      return {0, -1};
+    }
+    uint8_t mask = static_cast<uint8_t>((1 << (7 - n_remain)) - 1);
+    value = first & mask;
+    ++i;
+    while (byte_at(i) != 0 && n_remain > 0) {
+      value = (value << 6) + (byte_at(i) & 0x3F);
+      ++i;
+      --n_remain;
+    }
+    if (n_remain == 0) out.push_back(value);
+  }
+  return {value, n_remain};
+}
+
+std::string_view TokenIndex::token_bytes(Token t) const {
+  if (t < 0 || static_cast<size_t>(t) >= n_vocab()) {
+    throw std::out_of_range("token id " + std::to_string(t) + " outside the vocabulary");
+  }
+  return std::string_view(bytes_).substr(byte_off_[t], byte_off_[t + 1] - byte_off_[t]);
+}
+
+const uint32_t* TokenIndex::code_points(Token t, size_t* n) const {
+  *n = cp_off_[t + 1] - cp_off_[t];
+  return cps_.data() + cp_off_[t];
+}
+
+std::optional<Token> TokenIndex::find_piece(std::string_view text) const {
+  std::optional<Token> plain;
+  for (size_t t = 0; t < n_vocab(); ++t) {
+    if (token_bytes(static_cast<Token>(t)) != text) continue;
+    if (control_[t]) return static_cast<Token>(t);
+    if (!plain) plain = static_cast<Token>(t);
+  }
+  return plain;
+}
+
+size_t TokenIndex::memory_bytes() const {
+  return sizeof(*this) + bytes_.capacity() + byte_off_.capacity() * 4 + kinds_.capacity() +
+         control_.capacity() + eog_.capacity() * 4 + cps_.capacity() * 4 + cp_off_.capacity() * 4 +
+         partials_.capacity() * sizeof(PartialUtf8) + trie_.capacity() * sizeof(TrieNode) +
+         trie_tokens_.capacity() * sizeof(TrieToken) + root_children_.capacity() * 4 +
+         continuation_.capacity() * 4;
+}
+
+std::shared_ptr<const TokenIndex> TokenIndex::build(const llama_vocab* vocab) {
+  if (vocab == nullptr) throw std::invalid_argument("TokenIndex::build: null vocabulary");
+  auto t0 = std::chrono::steady_clock::now();
+  const int32_t n = llama_vocab_n_tokens(vocab);
+  std::shared_ptr<TokenIndex> idx(new TokenIndex());
+  idx->byte_off_.reserve(static_cast<size_t>(n) + 1);
+  idx->byte_off_.push_back(0);
+  idx->control_.resize(static_cast<size_t>(n));
+  std::vector<char> buf(256);
+  for (int32_t t = 0; t < n; ++t) {
+    int32_t len =
+        llama_token_to_piece(vocab, t, buf.data(), static_cast<int32_t>(buf.size()), 0, true);
+    if (len < 0) {
+      buf.resize(static_cast<size_t>(-len));
+      len = llama_token_to_piece(vocab, t, buf.data(), static_cast<int32_t>(buf.size()), 0, true);
+      if (len < 0)
+        throw std::runtime_error("llama_token_to_piece failed for token " + std::to_string(t));
+    }
+    idx->bytes_.append(buf.data(), static_cast<size_t>(len));
+    idx->byte_off_.push_back(static_cast<uint32_t>(idx->bytes_.size()));
+    if (llama_vocab_is_eog(vocab, t)) idx->eog_.push_back(t);
+    idx->control_[static_cast<size_t>(t)] = llama_vocab_is_control(vocab, t) ? 1 : 0;
+  }
+  idx->finish();
+  idx->build_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return idx;
+}
+
+std::shared_ptr<const TokenIndex> TokenIndex::from_pieces(std::vector<std::string> pieces,
+                                                          std::vector<Token> eog,
+                                                          std::vector<Token> control) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<TokenIndex> idx(new TokenIndex());
+  idx->byte_off_.push_back(0);
+  for (const auto& p : pieces) {
+    idx->bytes_ += p;
+    idx->byte_off_.push_back(static_cast<uint32_t>(idx->bytes_.size()));
+  }
+  idx->control_.assign(pieces.size(), 0);
+  for (Token t : eog) {
+    if (t < 0 || static_cast<size_t>(t) >= pieces.size())
+      throw std::out_of_range("eog token id out of range");
+    idx->eog_.push_back(t);
+  }
+  for (Token t : control) {
+    if (t < 0 || static_cast<size_t>(t) >= pieces.size())
+      throw std::out_of_range("control token id out of range");
+    idx->control_[static_cast<size_t>(t)] = 1;
+  }
+  std::sort(idx->eog_.begin(), idx->eog_.end());
+  idx->eog_.erase(std::unique(idx->eog_.begin(), idx->eog_.end()), idx->eog_.end());
+  idx->finish();
+  idx->build_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return idx;
+}
+
+void TokenIndex::finish() {
+  const size_t n = byte_off_.size() - 1;
+  kinds_.assign(n, Kind::kText);
+  for (Token t : eog_) kinds_[static_cast<size_t>(t)] = Kind::kEog;
+  cp_off_.assign(1, 0);
+  partials_.assign(n, {});
+  for (size_t t = 0; t < n; ++t) {
+    std::string_view piece = token_bytes(static_cast<Token>(t));
+    if (kinds_[t] != Kind::kEog) {
+      if (piece.empty() || piece[0] == '\0') {
+        kinds_[t] = Kind::kNever;
+      } else {
+        PartialUtf8 p = decode_utf8_like_llama(piece, {}, cps_);
+        partials_[t] = p;
+        if (p.n_remain < 0) kinds_[t] = Kind::kInvalid;
+        auto b = static_cast<uint8_t>(piece[0]);
+        if ((b & 0xC0) == 0x80) continuation_.push_back(static_cast<Token>(t));
+      }
+    }
+    cp_off_.push_back(static_cast<uint32_t>(cps_.size()));
+  }
+  // Trie over kText tokens, sorted by (code points, partial).
+  std::vector<Token> order;
+  for (size_t t = 0; t < n; ++t) {
+    if (kinds_[t] == Kind::kText) order.push_back(static_cast<Token>(t));
+  }
+  auto cp_span = [&](Token t) {
+    return std::pair<const uint32_t*, const uint32_t*>(cps_.data() + cp_off_[t],
+                                                       cps_.data() + cp_off_[t + 1]);
+  };
+  std::sort(order.begin(), order.end(), [&](Token a, Token b) {
+    auto [a0, a1] = cp_span(a);
+    auto [b0, b1] = cp_span(b);
+    if (std::lexicographical_compare(a0, a1, b0, b1)) return true;
+    if (std::lexicographical_compare(b0, b1, a0, a1)) return false;
+    return a < b;
+  });
+  trie_.clear();
+  trie_tokens_.clear();
+  trie_.push_back({0, 0, 0, 0});
+  std::vector<uint32_t> path{0};  // node index at each depth
+  std::vector<uint32_t> path_cp;  // code point at each depth >= 1
+  for (Token t : order) {
+    auto [c0, c1] = cp_span(t);
+    const size_t len = static_cast<size_t>(c1 - c0);
+    size_t common = 0;
+    while (common < path_cp.size() && common < len && path_cp[common] == c0[common]) ++common;
+    while (path_cp.size() > common) {
+      trie_[path.back()].end = static_cast<uint32_t>(trie_.size());
+      path.pop_back();
+      path_cp.pop_back();
+    }
+    for (size_t k = common; k < len; ++k) {
+      uint32_t id = static_cast<uint32_t>(trie_.size());
+      trie_.push_back({c0[k], 0, static_cast<uint32_t>(trie_tokens_.size()),
+                       static_cast<uint32_t>(trie_tokens_.size())});
+      path.push_back(id);
+      path_cp.push_back(c0[k]);
+    }
+    TrieNode& node = trie_[path.back()];
+    if (node.tok_begin == node.tok_end) node.tok_begin = static_cast<uint32_t>(trie_tokens_.size());
+    trie_tokens_.push_back({t, partials_[static_cast<size_t>(t)]});
+    node.tok_end = static_cast<uint32_t>(trie_tokens_.size());
+  }
+  while (!path.empty()) {
+    trie_[path.back()].end = static_cast<uint32_t>(trie_.size());
+    path.pop_back();
+  }
+  root_children_.clear();
+  for (uint32_t i = 1; i < trie_.size(); i = trie_[i].end) root_children_.push_back(i);
+}
+
+}  // namespace lacuna
