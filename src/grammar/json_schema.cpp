@@ -115,6 +115,87 @@ class Converter {
     }
   }
 
+  // The instance with its object keys in the order the grammar lists them (named
+  // properties in schema order, other keys after them in their original order).
+  json reorder(const json& inst, const json& schema, int depth) {
+    if (depth > opt_.max_depth) return inst;
+    if (!inst.is_object() && !inst.is_array()) return inst;
+    std::vector<const json*> alts;
+    try {
+      alts = alternatives(&schema, "", 0);
+    } catch (const std::exception&) {
+      return inst;
+    }
+    static const json kTrue = true;
+    if (inst.is_object()) {
+      std::vector<std::string> order;
+      std::map<std::string, const json*> sub;
+      const json* extra = nullptr;
+      for (const json* a : alts) {
+        if (!a->is_object()) continue;
+        auto p = a->find("properties");
+        if (p != a->end() && p->is_object()) {
+          for (auto it = p->begin(); it != p->end(); ++it) {
+            if (sub.emplace(it.key(), &it.value()).second) order.push_back(it.key());
+          }
+        }
+        auto r = a->find("required");
+        if (r != a->end() && r->is_array()) {
+          for (const json& k : *r) {
+            if (k.is_string() && sub.emplace(k.get<std::string>(), &kTrue).second) {
+              order.push_back(k.get<std::string>());
+            }
+          }
+        }
+        auto ad = a->find("additionalProperties");
+        if (!extra && ad != a->end() && ad->is_object()) extra = &*ad;
+      }
+      json out = json::object();
+      for (const std::string& k : order) {
+        auto it = inst.find(k);
+        if (it != inst.end()) out[k] = reorder(*it, *sub[k], depth + 1);
+      }
+      for (auto it = inst.begin(); it != inst.end(); ++it) {
+        if (!sub.count(it.key()))
+          out[it.key()] = reorder(it.value(), extra ? *extra : kTrue, depth + 1);
+      }
+      return out;
+    }
+    // Arrays.
+    json out = json::array();
+    const json* a = nullptr;
+    for (const json* x : alts) {
+      if (x->is_object() && (x->contains("items") || x->contains("prefixItems"))) {
+        a = x;
+        break;
+      }
+    }
+    for (size_t i = 0; i < inst.size(); ++i) {
+      const json* sch = &kTrue;
+      if (a) {
+        if (a->contains("prefixItems") && (*a)["prefixItems"].is_array()) {
+          const json& p = (*a)["prefixItems"];
+          if (i < p.size()) {
+            sch = &p[i];
+          } else if (a->contains("items")) {
+            sch = &(*a)["items"];
+          }
+        } else if ((*a)["items"].is_array()) {
+          const json& p = (*a)["items"];
+          if (i < p.size()) {
+            sch = &p[i];
+          } else if (a->contains("additionalItems")) {
+            sch = &(*a)["additionalItems"];
+          }
+        } else {
+          sch = &(*a)["items"];
+        }
+      }
+      out.push_back(reorder(inst[i], *sch, depth + 1));
+    }
+    return out;
+  }
+
   std::string run() {
     if (opt_.whitespace == SchemaOptions::Whitespace::Flexible) {
       int n = std::max(0, opt_.max_whitespace);
@@ -273,22 +354,23 @@ class Converter {
     bool has_one = s->contains("oneOf");
     if (!has_ref && !has_all && !has_any && !has_one) return {s};
     json rest = *s;
-    std::vector<const json*> acc;
+    rest.erase("$ref");
+    rest.erase("allOf");
+    rest.erase("anyOf");
+    rest.erase("oneOf");
+    // The schema's own keywords first, so its property order leads.
+    std::vector<const json*> acc = {store(std::move(rest))};
     if (has_ref) {
-      rest.erase("$ref");
       const json& ref = (*s)["$ref"];
       if (!ref.is_string()) fail("$ref", ptr, "$ref must be a string");
       auto target = resolve(ref.get<std::string>(), ptr);
-      acc = alternatives(target.first, target.second, depth + 1);
-    } else {
-      acc = {store(json::object())};
+      acc = product(acc, alternatives(target.first, target.second, depth + 1), ptr);
     }
     auto combine = [&](const char* kw, bool any) {
       const json& list = (*s)[kw];
       if (!list.is_array() || list.empty()) {
         fail(kw, ptr, std::string(kw) + " must be a non-empty array");
       }
-      rest.erase(kw);
       if (any) {
         std::vector<const json*> options;
         for (size_t i = 0; i < list.size(); ++i) {
@@ -309,16 +391,8 @@ class Converter {
     };
     if (has_all) combine("allOf", false);
     if (has_any) combine("anyOf", true);
-    if (has_one) {
-      if ((*s)["oneOf"].is_array() && (*s)["oneOf"].size() > 1) {
-        note_oneof(ptr);
-      }
-      combine("oneOf", true);
-    }
-    return product(acc, {store(std::move(rest))}, ptr);
-  }
-
-  void note_oneof(const std::string&) { /* oneOf is read as anyOf; see docs */
+    if (has_one) combine("oneOf", true);
+    return acc;
   }
 
   std::vector<const json*> product(const std::vector<const json*>& a,
@@ -1300,6 +1374,47 @@ class Converter {
 };
 
 }  // namespace
+
+namespace {
+
+void dump_spaced(const json& j, std::string& out) {
+  if (j.is_object()) {
+    out.push_back('{');
+    bool first = true;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (!first) out += ", ";
+      first = false;
+      out += json(it.key()).dump(-1, ' ', false, json::error_handler_t::replace);
+      out += ": ";
+      dump_spaced(it.value(), out);
+    }
+    out.push_back('}');
+  } else if (j.is_array()) {
+    out.push_back('[');
+    for (size_t i = 0; i < j.size(); ++i) {
+      if (i) out += ", ";
+      dump_spaced(j[i], out);
+    }
+    out.push_back(']');
+  } else {
+    out += j.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+}
+
+}  // namespace
+
+std::string schema_detail::canonical_instance(std::string_view schema_json,
+                                              std::string_view instance_json, bool spaced,
+                                              const SchemaOptions& options) {
+  json schema = json::parse(schema_json);
+  json inst = json::parse(instance_json);
+  Converter c(schema, options);
+  json out = c.reorder(inst, schema, 0);
+  if (!spaced) return out.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string s;
+  dump_spaced(out, s);
+  return s;
+}
 
 std::string json_schema_to_gbnf(std::string_view schema_json, const SchemaOptions& options) {
   json schema;

@@ -9,9 +9,12 @@ namespace lacuna::schema_detail {
 namespace {
 
 std::string date(gbnf::RuleSet& r) {
-  return r.add("date",
-               "[0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" "
-               "[01])");
+  // Days per month are checked; 29 February is accepted in every year.
+  return r.add(
+      "date",
+      "[0-9]{4} \"-\" ((\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | "
+      "\"3\" [01]) | (\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | \"02\" "
+      "\"-\" (\"0\" [1-9] | [12] [0-9]))");
 }
 
 std::string time(gbnf::RuleSet& r) {

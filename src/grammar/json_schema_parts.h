@@ -7,6 +7,7 @@
 #include <string>
 
 #include "grammar/regex_gbnf.h"
+#include "lacuna/json_schema.h"
 
 namespace lacuna::schema_detail {
 
@@ -30,5 +31,11 @@ std::string number_range(std::optional<Bound> lo, std::optional<Bound> hi, gbnf:
 // GBNF expression for the content (between the quotes) of a string in the given format,
 // or "" for a format without a grammar.
 std::string format_content(const std::string& format, gbnf::RuleSet& rules);
+
+// The instance (JSON text) re-serialized with its object keys in the order the grammar for
+// the schema lists them: named properties in schema order, other keys after them. Compact,
+// or with ", " and ": " separators when `spaced`. Throws on malformed JSON.
+std::string canonical_instance(std::string_view schema_json, std::string_view instance_json,
+                               bool spaced, const SchemaOptions& options = {});
 
 }  // namespace lacuna::schema_detail
