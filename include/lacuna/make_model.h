@@ -50,15 +50,15 @@ struct MakeModelOptions {
   uint64_t seed = 0x6c6163756e61ull;  // "lacuna"
   std::optional<WeightType> type;     // default: the preset's
   std::string vocab_dir;              // default: LACUNA_LLAMA_SRC_DIR "/models"
-  bool skip_existing = false;         // keep an existing out_path that loads
+  bool skip_existing = false;         // keep out_path if it is a complete GGUF of this preset+type
 };
 
 struct MakeModelResult {
   std::string path;
-  bool skipped = false;  // skip_existing and the file was already there and loads
-  uint64_t bytes = 0;    // file size
-  uint64_t n_params = 0;
-  uint32_t n_vocab = 0;
+  bool skipped = false;   // skip_existing and the file was already there and loads
+  uint64_t bytes = 0;     // file size
+  uint64_t n_params = 0;  // 0 when skipped
+  uint32_t n_vocab = 0;   // 0 when skipped
   double seconds = 0.0;
 };
 

@@ -87,6 +87,7 @@ struct GgufInfo {
   uint64_t data_offset = 0;  // where the tensor data blob starts
   std::string architecture;  // general.architecture ("" when absent)
   std::string name;          // general.name ("" when absent)
+  int64_t file_type = -1;    // general.file_type (a llama_ftype), -1 when absent
 };
 
 // Checks that `path` is a well-formed, complete GGUF file: readable, the magic, a header,

@@ -12,6 +12,7 @@
 #include "gguf.h"
 #include "lacuna/log.h"
 #include "lacuna/model.h"
+#include "llama/metadata_checks.h"
 
 namespace lacuna {
 namespace {
@@ -139,9 +140,12 @@ GgufInfo inspect_gguf(const std::string& path) {
     gp.ctx = nullptr;
     g.reset(gguf_init_from_file(path.c_str(), gp));
     if (!g) {
+      // ggml's parser says "failed to read <section>" when the file ends early; a more
+      // specific complaint logged before that means the content itself is bad.
       const std::string err = last_llama_error();
-      const bool looks_truncated = err.find("failed to read") != std::string::npos ||
-                                   err.find("exceeds remaining file size") != std::string::npos;
+      const std::string first = err.substr(0, err.find("; "));
+      const bool looks_truncated = first.find("failed to read") != std::string::npos ||
+                                   first.find("exceeds remaining file size") != std::string::npos;
       fail(looks_truncated ? ModelErrorKind::truncated : ModelErrorKind::malformed, path,
            looks_truncated ? "the GGUF metadata is truncated (the file ends inside the "
                              "header, key-value section or tensor infos)"
@@ -156,6 +160,10 @@ GgufInfo inspect_gguf(const std::string& path) {
   info.data_offset = gguf_get_data_offset(g.get());
   info.architecture = string_key(g.get(), "general.architecture", path);
   info.name = string_key(g.get(), "general.name", path);
+  const int64_t ftype_id = gguf_find_key(g.get(), "general.file_type");
+  if (ftype_id >= 0 && gguf_get_kv_type(g.get(), ftype_id) == GGUF_TYPE_UINT32) {
+    info.file_type = gguf_get_val_u32(g.get(), ftype_id);
+  }
 
   if (info.n_tensors > 0 && info.data_offset > info.file_size) {
     fail(ModelErrorKind::truncated, path,
@@ -174,6 +182,8 @@ GgufInfo inspect_gguf(const std::string& path) {
                ") lies beyond the end of the file (" + std::to_string(info.file_size) + " bytes)");
     }
   }
+  const std::string why = detail::check_llama_metadata(g.get(), info.architecture);
+  if (!why.empty()) fail(ModelErrorKind::malformed, path, "bad metadata: " + why);
   return info;
 }
 

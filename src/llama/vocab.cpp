@@ -62,6 +62,13 @@ std::vector<Token> tokenize(const Vocab& vocab, std::string_view text, bool add_
     throw std::length_error("tokenize: text of " + std::to_string(text.size()) +
                             " bytes is too long for llama.cpp");
   }
+  // llama.cpp asserts (aborts) when asked to add a BOS/EOS the vocabulary does not have.
+  if (add_special && ((vocab.add_bos() && vocab.bos() == LLAMA_TOKEN_NULL) ||
+                      (vocab.add_eos() && vocab.eos() == LLAMA_TOKEN_NULL))) {
+    throw std::invalid_argument(
+        "tokenize: the vocabulary asks for a BOS/EOS token it does not define; "
+        "use add_special = false");
+  }
   const int32_t len = static_cast<int32_t>(text.size());
   // Upper bound guess: one token per byte plus BOS/EOS; grown from llama's answer if short.
   std::vector<Token> tokens(text.size() / 2 + 8);

@@ -285,18 +285,19 @@ MakeModelResult make_model(const MakeModelOptions& opt) {
   };
 
   if (opt.skip_existing && fs::exists(opt.out_path)) {
+    // "Loads" is checked structurally (complete, well-formed GGUF of this preset) rather
+    // than with a full llama.cpp load, which costs a second for the large BPE vocabularies.
     try {
-      const Model existing = Model::load(opt.out_path);
-      if (existing.meta("general.name") == model_name) {
+      const GgufInfo existing = inspect_gguf(opt.out_path);
+      if (existing.name == model_name && existing.architecture == preset.arch &&
+          existing.file_type == file_type(wtype)) {
         result.skipped = true;
-        result.bytes = fs::file_size(opt.out_path);
-        result.n_params = existing.n_params();
-        result.n_vocab = static_cast<uint32_t>(existing.vocab().n_vocab());
+        result.bytes = existing.file_size;
         result.seconds = elapsed();
         return result;
       }
-      log_message(LogLevel::warn,
-                  "'" + opt.out_path + "' is not a " + preset.name + " model; writing it again");
+      log_message(LogLevel::warn, "'" + opt.out_path + "' is not a " + preset.name + " " +
+                                      weight_type_name(wtype) + " model; writing it again");
     } catch (const ModelError& e) {
       log_message(LogLevel::warn, std::string(e.what()) + "; writing it again");
     }

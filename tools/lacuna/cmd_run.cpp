@@ -43,6 +43,12 @@ RunStats generate_plain(lacuna::Context& ctx, llama_sampler* sampler,
   const int32_t n_batch = static_cast<int32_t>(ctx.n_batch());
   lacuna::Batch batch(n_batch);
 
+  // Warm-up pass (not counted): the first llama_decode also builds and allocates the
+  // compute graph, which would otherwise be billed to prefill.
+  batch.add(prompt[0], 0, 0, true);
+  ctx.decode(batch);
+  ctx.clear_memory();
+
   auto t0 = std::chrono::steady_clock::now();
   lacuna::Pos pos = 0;
   while (pos < st.n_prompt) {
