@@ -93,6 +93,12 @@ std::vector<EditSpan> diff_tokens(std::span<const Token> a, std::span<const Toke
     while (s_old > oi && s_new > ni && a[s_old - 1] == b[s_new - 1]) --s_old, --s_new;
     size_t e_old = found + B, e_new = j + B;
     while (e_old < a_end && e_new < b_end && a[e_old] == b[e_new]) ++e_old, ++e_new;
+    // A match that jumps over more old tokens than it keeps is probably a moved piece: keeping
+    // it would give up the larger part; look further instead.
+    if (s_old - oi > e_old - s_old) {
+      ++j;
+      continue;
+    }
     add_change(out, oi, s_old - oi, ni, s_new - ni);
     add_keep(out, s_old, s_new, e_old - s_old);
     oi = e_old;

@@ -126,7 +126,7 @@ int32_t PrefixCache::new_node() {
 
 int32_t PrefixCache::insert(std::span<const Token> tokens, SeqId src) {
   if (owns_seq(src)) throw KvError("PrefixCache::insert: source is a holder sequence");
-  const size_t n_blocks = tokens.size() / block_size_;
+  size_t n_blocks = tokens.size() / block_size_;
   if (n_blocks == 0) return -1;
   ++clock_;
   // Walk what is already cached.
@@ -150,12 +150,18 @@ int32_t PrefixCache::insert(std::span<const Token> tokens, SeqId src) {
   }
   // Keep room for the new blocks: the budget counts tokens; pinning protects the parent.
   if (parent >= 0) pin(parent);
-  const size_t new_tokens = (n_blocks - i) * block_size_;
-  if (new_tokens > max_tokens_) {
+  size_t new_tokens = (n_blocks - i) * block_size_;
+  evict_to(max_tokens_ > new_tokens ? max_tokens_ - new_tokens : 0);
+  // Pinned paths may keep the cache above that: then cache only the blocks that fit.
+  const size_t room = max_tokens_ > cached_tokens() ? max_tokens_ - cached_tokens() : 0;
+  if (new_tokens > room) {
+    n_blocks = i + room / block_size_;
+    new_tokens = (n_blocks - i) * block_size_;
+  }
+  if (n_blocks == i) {
     if (parent >= 0) unpin(parent);
     return parent;
   }
-  evict_to(max_tokens_ - new_tokens);
   // Choose the holder: extend the parent's holder when the parent is its tip, else a free one.
   Holder* holder = nullptr;
   if (parent >= 0) {

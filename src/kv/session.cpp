@@ -326,7 +326,10 @@ PrefillResult Session::prefill(std::span<const Token> prompt) {
   stats_.tokens_reused += reused;
   stats_.bytes_saved += reused * traits_.kv_bytes_per_token;
 
-  if (cache_ != nullptr) set_pin(cache_->insert(prompt, seq_));
+  if (cache_ != nullptr) {
+    set_pin(-1);  // the previous prompt's path is no longer this sequence's
+    set_pin(cache_->insert(prompt, seq_));
+  }
   return r;
 }
 
