@@ -1,4 +1,8 @@
 // json_schema_formats.cpp — grammars for the string formats of JSON Schema (`format`):
+// GCC 12 reports a false -Wrestrict inside std::string concatenation at -O3 (GCC bug 105329).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
 // dates and times (RFC 3339), durations, uuid, email, hostname, IPv4/IPv6, URIs.
 #include <map>
 #include <string>

@@ -1,4 +1,8 @@
 // json_schema_numbers.cpp — grammars for integer and number ranges (minimum, maximum and
+// GCC 12 reports a false -Wrestrict inside std::string concatenation at -O3 (GCC bug 105329).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
 // their exclusive forms), built digit by digit.
 #include <cmath>
 #include <string>

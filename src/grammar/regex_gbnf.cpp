@@ -1,4 +1,8 @@
 // regex_gbnf.cpp — GBNF writing helpers: code-point sets, escaping, deduplicating rule set.
+// GCC 12 reports a false -Wrestrict inside std::string concatenation at -O3 (GCC bug 105329).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
 #include "grammar/regex_gbnf.h"
 
 #include <algorithm>
