@@ -192,6 +192,17 @@ TEST_F(KvStoreDamage, IntactFileIsLoaded) {
   EXPECT_EQ(r.source, ReuseSource::disk);
   EXPECT_EQ(r.n_reused, prompt_.size() - 1);
   EXPECT_EQ(s.stats().disk_rejected, 0u);
+  // The header records the model's shapes and the KV types read from llama.cpp's payload.
+  const auto bytes = read_all(file_);
+  CacheFileView v;
+  std::string reason;
+  ASSERT_TRUE(parse_cache_file(bytes, v, reason)) << reason;
+  EXPECT_EQ(v.shape.n_layer, static_cast<uint32_t>(model_->n_layer()));
+  EXPECT_EQ(v.shape.n_embd, static_cast<uint32_t>(model_->n_embd()));
+  EXPECT_EQ(v.shape.type_k, 1) << "GGML_TYPE_F16";
+  EXPECT_EQ(v.shape.type_v, 1);
+  EXPECT_EQ(v.shape.n_stream, 1u);
+  EXPECT_EQ(v.fingerprint, fp_);
 }
 
 TEST_F(KvStoreDamage, TruncatedFileIsRejected) {
