@@ -11,7 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lacuna/grammar.h"
 #include "lacuna/lacuna.h"
+#include "lacuna/matcher.h"
 #include "lacuna/model.h"
 #include "lacuna/sampler.h"
 #include "lacuna/token_trie.h"
@@ -213,6 +215,27 @@ TEST(Lazy, InnerWithoutByteInputRefusesTextAfterTheTrigger) {
   EXPECT_NE(c.last_error().find("cannot take the 2 bytes after the trigger"), std::string::npos);
   ASSERT_TRUE(c.accept_token(4));
   EXPECT_TRUE(c.active());
+}
+
+TEST(Lazy, GrammarInnerTakesTheTextAfterTheTriggerAsBytes) {
+  std::vector<std::string> pieces(kVocab);
+  for (const auto& [t, p] : kPieces) pieces[static_cast<size_t>(t)] = p;
+  auto index = TokenIndex::from_pieces(pieces, {kEnd});
+  auto compiled = CompiledGrammar::compile(parse_gbnf("root ::= \"REPLY\" | \"STOP\"\n"), index);
+  LazyConstraint c(std::make_unique<GrammarMatcher>(compiled), {{"</think>"}, {}, {}}, piece);
+  for (Token t : {0, 2, 3}) ASSERT_TRUE(c.accept_token(t));
+  expect_inactive(c);
+  ASSERT_TRUE(c.accept_token(7));  // ">RE": "RE" goes to the grammar as bytes
+  EXPECT_TRUE(c.active());
+  EXPECT_EQ(allowed_of(c), std::set<Token>{11});  // "PLY" completes "REPLY"
+  ASSERT_TRUE(c.accept_token(11));
+  EXPECT_TRUE(c.is_completed());
+  ASSERT_TRUE(c.rollback(2));  // "PLY" and the triggering token
+  expect_inactive(c);
+  EXPECT_FALSE(c.accept_token(5));  // ">\n": "\n" is refused by the grammar
+  EXPECT_NE(c.last_error().find("not allowed by the inner constraint"), std::string::npos);
+  ASSERT_TRUE(c.accept_token(4));
+  EXPECT_EQ(allowed_of(c), (std::set<Token>{10, 13}));  // "RE", "STOP"
 }
 
 TEST(Lazy, BadTriggersAreClearErrors) {

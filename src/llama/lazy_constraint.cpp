@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "lacuna/matcher.h"
 #include "lacuna/sampler.h"
 
 namespace lacuna {
@@ -131,17 +132,20 @@ size_t LazyConstraint::find_trigger(size_t old_size) const {
 
 bool LazyConstraint::activate(std::string_view residual) {
   if (!residual.empty()) {
-    auto* bytes = dynamic_cast<ByteAcceptor*>(inner_.get());
-    if (bytes == nullptr) {
+    bool ok = false;
+    if (auto* bytes = dynamic_cast<ByteAcceptor*>(inner_.get())) {
+      ok = bytes->accept_bytes(residual);
+    } else if (auto* grammar = dynamic_cast<GrammarMatcher*>(inner_.get())) {
+      ok = grammar->accept_string(residual);
+    } else {
       last_error_ = "lazy constraint: the inner constraint cannot take the " +
                     std::to_string(residual.size()) +
                     " bytes after the trigger inside the same token";
       return false;
     }
-    if (!bytes->accept_bytes(residual)) {
+    if (!ok) {
       last_error_ = "lazy constraint: the text after the trigger (\"" + std::string(residual) +
                     "\") is not allowed by the inner constraint";
-      inner_->reset();
       return false;
     }
   }
