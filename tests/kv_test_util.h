@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,8 +20,12 @@ inline std::string model_path(const std::string& name) {
   return std::string(dir ? dir : LACUNA_TEST_MODEL_DIR) + "/" + name + ".gguf";
 }
 
+// Loads a test model once per process (Model copies share the llama_model).
 inline lacuna::Model load(const std::string& name) {
-  return lacuna::Model::load(model_path(name));
+  static std::map<std::string, lacuna::Model> loaded;
+  auto it = loaded.find(name);
+  if (it == loaded.end()) it = loaded.emplace(name, lacuna::Model::load(model_path(name))).first;
+  return it->second;
 }
 
 // A context with a unified KV cache (needed for cell sharing between sequences).
