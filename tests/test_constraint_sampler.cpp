@@ -18,7 +18,7 @@
 #include "lacuna/model.h"
 #include "lacuna/sampler.h"
 #include "lacuna/token_trie.h"
-#include "test_models.h"
+#include "trie_test_support.h"
 
 namespace lacuna {
 namespace {
@@ -30,7 +30,7 @@ class ConstraintSamplerTest : public ::testing::Test {
   static void SetUpTestSuite() {
     ModelParams p;
     p.vocab_only = true;
-    model_ = new Model(Model::load(testing::vocab_path("llama-bpe"), p));
+    model_ = new Model(Model::load(trie_test::vocab_path("llama-bpe"), p));
   }
   static void TearDownTestSuite() {
     delete model_;

@@ -12,7 +12,7 @@
 #include "lacuna/model.h"
 #include "lacuna/sampler.h"
 #include "lacuna/token_trie.h"
-#include "test_models.h"
+#include "trie_test_support.h"
 
 namespace lacuna {
 namespace {
@@ -95,7 +95,7 @@ RunResult generate(const Model& model, const std::string& prompt, bool skip) {
 }
 
 TEST(ConstraintSamplerE2E, TrieOnTinyLlama3YieldsOneNameWithOnePassPerBranch) {
-  const std::string path = testing::ensure_test_model("tiny-llama3");
+  const std::string path = trie_test::test_model("tiny-llama3");
   Model model = Model::load(path);
   const Vocab vocab = model.vocab();
   const std::vector<Token> ends = {vocab.eos(), vocab.eot()};

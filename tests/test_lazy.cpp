@@ -17,7 +17,7 @@
 #include "lacuna/model.h"
 #include "lacuna/sampler.h"
 #include "lacuna/token_trie.h"
-#include "test_models.h"
+#include "trie_test_support.h"
 
 namespace lacuna {
 namespace {
@@ -297,7 +297,7 @@ TEST(Lazy, InsideTheSamplerAdapter) {
 TEST(Lazy, RealVocabTriggerSplitAcrossTokensThroughTheCApi) {
   ModelParams mp;
   mp.vocab_only = true;
-  Model model = Model::load(testing::vocab_path("llama-bpe"), mp);
+  Model model = Model::load(trie_test::vocab_path("llama-bpe"), mp);
   const llama_vocab* vocab = model.vocab_ptr();
   const std::vector<Token> think = tokenize(model.vocab(), "Let me think.</think>", false, false);
   const std::vector<Token> trigger_only = tokenize(model.vocab(), "</think>", false, false);
