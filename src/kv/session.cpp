@@ -293,7 +293,14 @@ PrefillResult Session::prefill(std::span<const Token> prompt) {
     size_t edited = 0;
     if (config_.edit_reuse && traits_.can_shift && traits_.partial_removal && !tokens_.empty() &&
         own < tokens_.size()) {
-      edited = apply_edit_reuse(prompt, limit);
+      try {
+        edited = apply_edit_reuse(prompt, limit);
+      } catch (...) {  // the sequence was half rearranged: start over next time
+        set_pin(-1);
+        llama_memory_seq_rm(mem_, seq_, -1, -1);
+        tokens_.clear();
+        throw;
+      }
     }
     if (edited > 0) {
       filled = edited;
