@@ -1,0 +1,206 @@
+// generator.h — the constrained decode loop: prefill, pull-based next(), forced-token
+// skipping with deferred batch fill, verified forced strings, jump-forward, stats.
+//
+// Semantics, exactness argument and configuration: docs/generator.md.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lacuna/constraint.h"
+#include "llama.h"
+
+namespace lacuna {
+
+// Which of the ways to do less work are on. The defaults are the exact ones (tier 1);
+// decode_options_from_env() lets LACUNA_SKIP / LACUNA_VERIFY / LACUNA_JUMP override them.
+struct DecodeOptions {
+  bool skip_forced = true;     // tier 1: a single forced token is emitted without logits
+  bool verify_strings = true;  // tier 1: forced strings are drafted and verified in one batch
+  bool jump_forward = false;   // tier 2: forced strings are committed unverified
+  size_t max_draft = 16;       // most draft tokens per verified batch
+  size_t max_forced = 64;      // most forced tokens taken per step
+};
+
+// The compiled-in defaults (CMake options LACUNA_DECODE_SKIP/VERIFY/JUMP), then the
+// environment: LACUNA_SKIP, LACUNA_VERIFY, LACUNA_JUMP = 0/1, LACUNA_MAX_DRAFT = N.
+// Throws std::invalid_argument for a malformed value.
+DecodeOptions decode_options_from_env();
+DecodeOptions decode_options_from_env(DecodeOptions base);
+// True when LACUNA_STATS=1 (print stats per generation to stderr).
+bool stats_enabled_from_env();
+
+struct GeneratorConfig {
+  // Sampling: greedy (masked argmax, first index on ties) when temp <= 0; otherwise
+  // top-k, top-p, min-p, temperature and a seeded draw (llama.cpp's samplers).
+  float temp = 0.0f;
+  uint32_t seed = 0;
+  int32_t top_k = 40;   // <= 0: off
+  float top_p = 0.95f;  // >= 1: off
+  float min_p = 0.05f;  // <= 0: off
+
+  size_t max_tokens = 256;                // 0: until another stop condition
+  std::vector<std::string> stop_strings;  // generation stops once the text contains one
+  llama_seq_id seq = 0;                   // the sequence of the context to use
+  DecodeOptions decode{};
+  bool print_stats = false;  // print stats to stderr when the generation ends
+};
+
+enum class StopReason {
+  none,                  // still running
+  eog,                   // the model sampled an end-of-generation token
+  constraint_completed,  // the constraint allows nothing but end-of-generation
+  constraint_dead_end,   // the constraint allows no token at all
+  max_tokens,            // the token budget is used
+  stop_string,           // the text contains a stop string
+  context_full,          // no room left in the context
+};
+const char* stop_reason_name(StopReason reason);
+
+struct GenerationStats {
+  size_t prompt_tokens = 0;
+  size_t tokens_emitted = 0;       // generated tokens handed to the caller
+  size_t forward_passes = 0;       // llama_decode calls after the prompt
+  size_t tokens_skipped = 0;       // forced tokens emitted without their own logits
+  size_t tokens_batch_filled = 0;  // emitted tokens whose KV was filled in a later batch
+  size_t draft_proposed = 0;       // forced-string draft tokens decoded for verification
+  size_t draft_accepted = 0;       // of those, kept
+  size_t jump_tokens = 0;          // tier 2: committed without verification
+  double prefill_ms = 0;           // prompt decode
+  double decode_ms = 0;            // llama_decode after the prompt
+  double mask_ms = 0;              // constraint masks, forced tokens, jump strings
+  double sample_ms = 0;            // sampling (mask application, selection)
+  double total_ms = 0;             // wall time from prefill start to the last step
+  StopReason stop = StopReason::none;
+
+  // Emitted tokens per forward pass of the decode phase.
+  double tokens_per_pass() const;
+  // A JSON object with every field (and stop reason as a string).
+  std::string to_json() const;
+};
+
+// What one call of next() produced.
+struct Step {
+  std::span<const Token> tokens;  // emitted this step (may be several)
+  std::string_view text;          // their bytes (a stop string and what follows is cut)
+  bool done = false;              // nothing more will come
+  StopReason reason = StopReason::none;
+};
+
+class Generator {
+ public:
+  // ctx and its model must outlive the generator. The constraint (optional) is owned;
+  // it starts in whatever state it has. Throws std::invalid_argument on bad config.
+  Generator(llama_context* ctx, GeneratorConfig config,
+            std::unique_ptr<Constraint> constraint = nullptr);
+  ~Generator();
+  Generator(const Generator&) = delete;
+  Generator& operator=(const Generator&) = delete;
+
+  // Appends prompt tokens to the sequence and decodes them (together with any tokens
+  // generated before and not yet in the KV cache). Starts a new generation: stats,
+  // emitted tokens and the stop state are cleared; the constraint is not touched.
+  // Throws std::invalid_argument for out-of-range tokens, std::runtime_error when the
+  // context is too small or llama_decode fails.
+  void prefill(std::span<const Token> prompt);
+
+  // Produces the next token(s). Call until Step::done. Requires a prefill first.
+  Step next();
+
+  // Push API over next(): calls on_step for every step until done or until on_step
+  // returns false. Returns the stop reason (none when stopped by the callback).
+  StopReason generate(const std::function<bool(const Step&)>& on_step = {});
+
+  // Replaces the constraint (nullptr: none) for the next generation.
+  void set_constraint(std::unique_ptr<Constraint> constraint);
+  Constraint* constraint() const { return constraint_.get(); }
+
+  const std::vector<Token>& tokens() const { return out_tokens_; }
+  const std::string& text() const { return text_; }
+  const GenerationStats& stats() const { return stats_; }
+  const GeneratorConfig& config() const { return config_; }
+  bool done() const { return stop_ != StopReason::none; }
+  // Tokens of the sequence in the KV cache, and tokens emitted but not yet decoded.
+  llama_pos n_past() const { return n_past_; }
+  size_t n_pending() const { return pending_.size(); }
+
+ private:
+  struct Sampled {
+    Token token;
+    bool accepted_draft;
+  };
+  bool stopped() const { return stop_ != StopReason::none; }
+  void finish(StopReason reason);
+  void decode_pending(std::span<const Token> drafts);
+  void decode_chunk(size_t begin, size_t end, std::span<const Token> all, bool want_last,
+                    size_t first_draft);
+  // Fills mask_ from the constraint; returns the number of allowed tokens and of allowed
+  // tokens that are not end-of-generation.
+  void fill_mask(size_t& n_allowed, size_t& n_allowed_non_eog);
+  // Samples at the position whose logits are given. draft >= 0: apply the verification
+  // rule for that draft token. Returns LLAMA_TOKEN_NULL when the generation must stop.
+  Token sample(const float* logits, Token draft, bool& accepted);
+  Token argmax(const float* logits, bool masked) const;
+  Token sample_temp(const float* logits, bool masked, Token draft, bool& accepted);
+  // Emits a token: constraint, text, stats, stop conditions. Returns false once stopped.
+  bool emit(Token token, bool in_kv);
+  void make_drafts(std::string_view forced, std::vector<Token>& drafts);
+  size_t append_piece(Token token);
+
+  llama_context* ctx_;
+  const llama_vocab* vocab_;
+  GeneratorConfig config_;
+  std::unique_ptr<Constraint> constraint_;
+  int32_t n_vocab_ = 0;
+  uint32_t n_ctx_ = 0;
+  int32_t n_batch_ = 0;
+
+  llama_batch batch_{};
+  std::vector<uint32_t> mask_;
+  std::vector<uint32_t> eog_mask_;  // bit set = end-of-generation token
+  std::vector<Token> eog_tokens_;
+  std::vector<llama_token_data> cur_;
+  llama_sampler* shape_ = nullptr;  // top-k, top-p, min-p, temperature (no draw)
+  llama_sampler* dist_ = nullptr;   // the seeded draw
+  std::mt19937 accept_rng_;         // uniform draws for speculative acceptance
+
+  llama_pos n_past_ = 0;
+  std::vector<Token> pending_;  // emitted/prompt tokens not yet in the KV cache
+  std::vector<Token> drafts_;   // scratch
+  std::vector<Token> forced_;   // scratch
+  std::vector<Token> step_tokens_;
+  bool logits_valid_ = false;
+  int32_t logits_idx_ = -1;
+  bool prefilled_ = false;
+
+  std::vector<Token> out_tokens_;
+  std::string text_;
+  size_t step_text_begin_ = 0;
+  size_t max_stop_len_ = 0;
+  StopReason stop_ = StopReason::none;
+  GenerationStats stats_;
+  std::chrono::steady_clock::time_point t_start_{};
+};
+
+// The reference loop: llama.cpp's own way, one llama_decode per token and
+// llama_sampler_sample over a caller-built chain (e.g. llama_sampler_init_grammar followed
+// by greedy). Used by the differential tests and the benchmark's `llama-grammar` and
+// `free` modes. Decodes `prompt` into sequence 0 of a cleared context. Stops on an
+// end-of-generation token (not included) or after max_tokens.
+struct ReferenceResult {
+  std::vector<Token> tokens;
+  GenerationStats stats;
+};
+ReferenceResult reference_generate(llama_context* ctx, llama_sampler* chain,
+                                   std::span<const Token> prompt, size_t max_tokens);
+
+}  // namespace lacuna
