@@ -143,9 +143,10 @@ class Generator {
   void decode_pending(std::span<const Token> drafts);
   void decode_chunk(size_t begin, size_t end, std::span<const Token> all, bool want_last,
                     size_t first_draft);
-  // Fills mask_ from the constraint; returns the number of allowed tokens and of allowed
-  // tokens that are not end-of-generation.
-  void fill_mask(size_t& n_allowed, size_t& n_allowed_non_eog);
+  // Fills mask_ from the constraint unless it is valid for the current state; gives the
+  // number of allowed tokens and of allowed tokens that are not end-of-generation.
+  void ensure_mask(size_t& n_allowed, size_t& n_allowed_non_eog);
+  Token first_allowed() const;
   // Samples at the position whose logits are given. draft >= 0: apply the verification
   // rule for that draft token. Returns LLAMA_TOKEN_NULL when the generation must stop.
   Token sample(const float* logits, Token draft, bool& accepted);
@@ -166,6 +167,9 @@ class Generator {
 
   llama_batch batch_{};
   std::vector<uint32_t> mask_;
+  bool mask_valid_ = false;  // mask_ is the constraint's mask for its current state
+  size_t mask_allowed_ = 0;
+  size_t mask_allowed_non_eog_ = 0;
   std::vector<uint32_t> eog_mask_;  // bit set = end-of-generation token
   std::vector<Token> eog_tokens_;
   std::vector<llama_token_data> cur_;
@@ -176,7 +180,6 @@ class Generator {
   llama_pos n_past_ = 0;
   std::vector<Token> pending_;  // emitted/prompt tokens not yet in the KV cache
   std::vector<Token> drafts_;   // scratch
-  std::vector<Token> forced_;   // scratch
   std::vector<Token> step_tokens_;
   bool logits_valid_ = false;
   int32_t logits_idx_ = -1;

@@ -76,7 +76,6 @@ Generator::Generator(llama_context* ctx, GeneratorConfig config,
   }
   for (const auto& s : config_.stop_strings) max_stop_len_ = std::max(max_stop_len_, s.size());
   drafts_.reserve(config_.decode.max_draft + 1);
-  forced_.reserve(config_.decode.max_forced + 1);
   step_tokens_.reserve(config_.decode.max_forced + config_.decode.max_draft + 2);
   text_.reserve(1024);
 
@@ -97,6 +96,7 @@ void Generator::set_constraint(std::unique_ptr<Constraint> constraint) {
         " tokens but the model's vocabulary has " + std::to_string(n_vocab_));
   }
   constraint_ = std::move(constraint);
+  mask_valid_ = false;
 }
 
 void Generator::prefill(std::span<const Token> prompt) {
@@ -121,6 +121,7 @@ void Generator::prefill(std::span<const Token> prompt) {
   stop_ = StopReason::none;
   stats_ = GenerationStats{};
   stats_.prompt_tokens = prompt.size();
+  mask_valid_ = false;  // the caller may have moved the constraint in between
   t_start_ = Clock::now();
 
   pending_.insert(pending_.end(), prompt.begin(), prompt.end());
@@ -193,14 +194,29 @@ void Generator::decode_pending(std::span<const Token> drafts) {
   logits_valid_ = true;
 }
 
-void Generator::fill_mask(size_t& n_allowed, size_t& n_allowed_non_eog) {
-  constraint_->fill_next_token_bitmask(mask_.data());
-  size_t n = 0;
-  for (uint32_t w : mask_) n += static_cast<size_t>(std::popcount(w));
-  size_t n_eog = 0;
-  for (Token t : eog_tokens_) n_eog += bitmask_test(mask_.data(), t) ? 1 : 0;
-  n_allowed = n;
-  n_allowed_non_eog = n - n_eog;
+void Generator::ensure_mask(size_t& n_allowed, size_t& n_allowed_non_eog) {
+  if (!mask_valid_) {
+    const auto t0 = Clock::now();
+    constraint_->fill_next_token_bitmask(mask_.data());
+    size_t n = 0;
+    for (uint32_t w : mask_) n += static_cast<size_t>(std::popcount(w));
+    size_t n_eog = 0;
+    for (Token t : eog_tokens_) n_eog += bitmask_test(mask_.data(), t) ? 1 : 0;
+    mask_allowed_ = n;
+    mask_allowed_non_eog_ = n - n_eog;
+    mask_valid_ = true;
+    stats_.mask_ms += ms_between(t0, Clock::now());
+  }
+  n_allowed = mask_allowed_;
+  n_allowed_non_eog = mask_allowed_non_eog_;
+}
+
+Token Generator::first_allowed() const {
+  for (size_t w = 0; w < mask_.size(); ++w) {
+    if (mask_[w] != 0)
+      return static_cast<Token>(w * 32 + static_cast<size_t>(std::countr_zero(mask_[w])));
+  }
+  return LLAMA_TOKEN_NULL;
 }
 
 Token Generator::argmax(const float* logits, bool masked) const {
@@ -291,11 +307,9 @@ Token Generator::sample(const float* logits, Token draft, bool& accepted) {
   accepted = false;
   bool masked = false;
   if (constraint_) {
-    const auto t0 = Clock::now();
     size_t n_allowed = 0;
     size_t n_non_eog = 0;
-    fill_mask(n_allowed, n_non_eog);
-    stats_.mask_ms += ms_between(t0, Clock::now());
+    ensure_mask(n_allowed, n_non_eog);
     if (n_allowed == 0) {
       finish(constraint_->is_terminated() || constraint_->is_completed()
                  ? StopReason::constraint_completed
@@ -309,7 +323,7 @@ Token Generator::sample(const float* logits, Token draft, bool& accepted) {
     if (n_allowed == 1) {
       // A forced step: no logits are looked at and no random draw is consumed, with or
       // without skipping, so both paths stay in step.
-      const Token t = argmax(logits, true);
+      const Token t = first_allowed();
       accepted = t == draft;
       return t;
     }
@@ -353,6 +367,7 @@ size_t Generator::append_piece(Token token) {
 bool Generator::emit(Token token, bool in_kv) {
   if (constraint_) {
     const auto t0 = Clock::now();
+    mask_valid_ = false;
     const bool ok = constraint_->accept_token(token);
     stats_.mask_ms += ms_between(t0, Clock::now());
     if (!ok) {
@@ -444,34 +459,31 @@ Step Generator::next() {
       n_ctx_ - std::min<size_t>(n_ctx_, static_cast<size_t>(n_past_) + pending_.size());
 
   if (constraint_ && opt.skip_forced) {
-    const auto t0 = Clock::now();
-    forced_.clear();
-    constraint_->forced_tokens(forced_,
-                               std::min({opt.max_forced, budget, room > 0 ? room - 1 : 0}));
-    stats_.mask_ms += ms_between(t0, Clock::now());
-    if (!forced_.empty()) {
-      for (Token t : forced_) {
-        if (llama_vocab_is_eog(vocab_, t)) {
-          finish(StopReason::constraint_completed);
-          break;
-        }
-        ++stats_.tokens_skipped;
-        if (!emit(t, false)) break;
-      }
-      return make_step();
-    }
-    if (constraint_->is_completed()) {
-      // Only end-of-generation may follow: stop without a forward pass.
-      const auto t1 = Clock::now();
+    // Forced tokens are found from the mask itself (one token allowed), so the mask of the
+    // first state that is not forced is kept for the sampling step that follows.
+    const size_t limit = std::min({opt.max_forced, budget, room > 0 ? room - 1 : 0});
+    size_t n_forced = 0;
+    while (!stopped()) {
       size_t n_allowed = 0;
       size_t n_non_eog = 0;
-      fill_mask(n_allowed, n_non_eog);
-      stats_.mask_ms += ms_between(t1, Clock::now());
-      if (n_non_eog == 0) {
-        finish(StopReason::constraint_completed);
-        return make_step();
+      ensure_mask(n_allowed, n_non_eog);
+      if (n_allowed == 0) {
+        finish(constraint_->is_terminated() || constraint_->is_completed()
+                   ? StopReason::constraint_completed
+                   : StopReason::constraint_dead_end);
+        break;
       }
+      if (n_non_eog == 0) {
+        // Only end-of-generation may follow: stop without a forward pass.
+        finish(StopReason::constraint_completed);
+        break;
+      }
+      if (n_allowed != 1 || n_forced >= limit) break;
+      ++n_forced;
+      ++stats_.tokens_skipped;
+      emit(first_allowed(), false);
     }
+    if (n_forced > 0 || stopped()) return make_step();
   }
 
   if (constraint_ && opt.jump_forward) {
