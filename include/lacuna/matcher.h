@@ -2,6 +2,7 @@
 // and matches one sequence against it (GrammarMatcher, a Constraint).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -32,6 +33,11 @@ struct CompileOptions {
   // Match control/special tokens by their text like any other token (llama.cpp does).
   // When false they are allowed only where the grammar names them (<[id]>, <|...|>).
   bool special_tokens_as_text = true;
+  // Precompute token classes over whole chains of non-recursive rules (more contexts,
+  // far fewer tokens left to check at run time). Compile falls back to per-rule contexts
+  // when this exceeds max_inline_contexts.
+  bool inline_rules = true;
+  size_t max_inline_contexts = 20000;
 };
 
 namespace detail {
@@ -59,6 +65,9 @@ class CompiledGrammar {
 
  private:
   CompiledGrammar() = default;
+  static std::shared_ptr<const CompiledGrammar> compile_impl(
+      const Grammar& grammar, std::shared_ptr<const TokenIndex> token_index,
+      const CompileOptions& options, bool inline_rules, std::chrono::steady_clock::time_point t0);
   std::unique_ptr<detail::CompiledData> data_;
 };
 

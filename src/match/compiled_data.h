@@ -46,13 +46,17 @@ struct GrammarTables {
   std::vector<uint32_t> elem_rule;       // rule of each position
   std::vector<uint32_t> rule_owner;
   std::vector<uint8_t> rule_generated;
+  // Context boundaries: a context chain runs from a stack's top down to (and including) the
+  // first position in a boundary rule. Every cycle of calls that grows the stack passes
+  // through a boundary rule, so chains are finite.
+  std::vector<uint8_t> rule_boundary;
   std::vector<CharSet> charsets;
   uint32_t root = 0;
 };
 
 // Hash-consed persistent stacks: node = (position, parent node). Node 0 is the empty stack.
-// `local` pools (used at compile time) cut a chain below a user-written rule's position
-// and below a change of owner, so that a chain is the part of a stack known from its top.
+// `local` pools (used at compile time) cut a chain below a boundary rule's position, so
+// that a chain is the part of a stack that decides its token classification.
 class StackPool {
  public:
   static constexpr uint32_t kEmpty = 0;

@@ -136,6 +136,68 @@ void flatten(const Grammar& grammar, const TokenIndex* tokens, const CompileOpti
   g.root = grammar.root();
 }
 
+// Boundary rules: every rule in a strongly connected component of the call graph that
+// has a call inside the component which pushes a return address (so stacks can grow
+// without bound through it). With `inline_rules` false, every user-written rule too.
+void mark_boundaries(GrammarTables& g, bool inline_rules) {
+  const uint32_t nr = static_cast<uint32_t>(g.rule_alt_begin.size() - 1);
+  std::vector<std::vector<std::pair<uint32_t, bool>>> calls(nr);  // (callee, pushes)
+  for (uint32_t p = 0; p + 1 < g.elems.size(); ++p) {
+    if (g.elems[p].kind != detail::kRef) continue;
+    calls[g.elem_rule[p]].push_back({g.elems[p].arg, g.elems[p + 1].kind != detail::kEnd});
+  }
+  // Iterative Tarjan.
+  std::vector<uint32_t> index(nr, UINT32_MAX), low(nr, 0), comp(nr, UINT32_MAX);
+  std::vector<uint32_t> stack;
+  std::vector<uint8_t> on_stack(nr, 0);
+  std::vector<std::pair<uint32_t, size_t>> work;
+  uint32_t counter = 0, n_comp = 0;
+  for (uint32_t s = 0; s < nr; ++s) {
+    if (index[s] != UINT32_MAX) continue;
+    work.push_back({s, 0});
+    while (!work.empty()) {
+      auto& [v, i] = work.back();
+      if (i == 0) {
+        index[v] = low[v] = counter++;
+        stack.push_back(v);
+        on_stack[v] = 1;
+      }
+      if (i < calls[v].size()) {
+        const uint32_t w = calls[v][i++].first;
+        if (index[w] == UINT32_MAX) {
+          work.push_back({w, 0});
+        } else if (on_stack[w]) {
+          low[v] = std::min(low[v], index[w]);
+        }
+        continue;
+      }
+      if (low[v] == index[v]) {
+        uint32_t w;
+        do {
+          w = stack.back();
+          stack.pop_back();
+          on_stack[w] = 0;
+          comp[w] = n_comp;
+        } while (w != v);
+        ++n_comp;
+      }
+      const uint32_t done = v;
+      work.pop_back();
+      if (!work.empty()) low[work.back().first] = std::min(low[work.back().first], low[done]);
+    }
+  }
+  std::vector<uint8_t> comp_grows(n_comp, 0);
+  for (uint32_t r = 0; r < nr; ++r) {
+    for (auto [callee, pushes] : calls[r]) {
+      if (pushes && comp[callee] == comp[r]) comp_grows[comp[r]] = 1;
+    }
+  }
+  g.rule_boundary.assign(nr, 0);
+  for (uint32_t r = 0; r < nr; ++r) {
+    g.rule_boundary[r] = comp_grows[comp[r]] || (!inline_rules && !g.rule_generated[r]);
+  }
+}
+
 // FOLLOW(rule) as code-point sets: what may come right after the rule ends.
 std::vector<CharSet> follow_sets(const GrammarTables& g) {
   const size_t nr = g.rule_alt_begin.size() - 1;
@@ -404,17 +466,35 @@ struct Classifier {
 
 CompiledGrammar::~CompiledGrammar() = default;
 
+namespace {
+struct InlineTooLarge {};
+}  // namespace
+
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(
     const Grammar& grammar, std::shared_ptr<const TokenIndex> token_index,
     const CompileOptions& options) {
   const auto t0 = Clock::now();
   grammar.validate();
+  if (options.inline_rules) {
+    try {
+      return compile_impl(grammar, token_index, options, true, t0);
+    } catch (const InlineTooLarge&) {
+      // Too many chains across rules: fall back to one context per rule frame.
+    }
+  }
+  return compile_impl(grammar, token_index, options, false, t0);
+}
+
+std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
+    const Grammar& grammar, std::shared_ptr<const TokenIndex> token_index,
+    const CompileOptions& options, bool inline_rules, std::chrono::steady_clock::time_point t0) {
   std::shared_ptr<CompiledGrammar> cg(new CompiledGrammar());
   cg->data_ = std::make_unique<CompiledData>();
   CompiledData& d = *cg->data_;
   d.options = options;
   d.tokens = token_index;
   flatten(grammar, token_index.get(), options, d.g);
+  mark_boundaries(d.g, inline_rules);
   d.contexts = StackPool(&d.g, nullptr, true);
   if (!token_index) {
     d.compile_ms = ms_since(t0);
@@ -436,16 +516,30 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(
   // Every context chain: start from every position, close under successors.
   StackPool& pool = d.contexts;
   std::vector<uint32_t> tmp;
-  for (uint32_t p = 0; p < d.g.elems.size(); ++p) {
-    if (d.g.elems[p].kind == detail::kEnd) continue;
+  // Seeds: the initial stacks, and every position of a boundary rule (a chain bottom).
+  const auto& g = d.g;
+  for (uint32_t a = g.rule_alt_begin[g.root]; a < g.rule_alt_begin[g.root + 1]; ++a) {
+    pool.start(g.alt_starts[a], StackPool::kEmpty, tmp);
+  }
+  for (uint32_t p = 0; p < g.elems.size(); ++p) {
+    if (g.elems[p].kind == detail::kEnd || !g.rule_boundary[g.elem_rule[p]]) continue;
     tmp.clear();
     pool.start(p, StackPool::kEmpty, tmp);
   }
   for (uint32_t n = 1; n < pool.size(); ++n) {
     const auto kind = d.g.elems[pool.pos(n)].kind;
-    if (kind == detail::kRef) continue;
-    uint32_t cnt;
-    pool.succ(n, &cnt);
+    if (kind == detail::kEnd) continue;  // a frame marker: popping it leaves the chain
+    if (kind == detail::kRef) {
+      // A return address: at run time a pop may land on it and expand it.
+      tmp.clear();
+      pool.expand(n, tmp);
+    } else {
+      uint32_t cnt;
+      pool.succ(n, &cnt);
+    }
+    if (inline_rules && pool.size() > std::min(options.max_contexts, options.max_inline_contexts)) {
+      throw InlineTooLarge{};
+    }
     if (pool.size() > options.max_contexts) {
       throw GrammarLimitError("grammar too large: more than " +
                               std::to_string(options.max_contexts) +

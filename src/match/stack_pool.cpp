@@ -92,10 +92,7 @@ void StackPool::grow_table() {
 }
 
 bool StackPool::keep_parent(uint32_t pos, uint32_t parent) const {
-  if (parent == kEmpty) return false;
-  const uint32_t r = g_->elem_rule[pos];
-  if (!g_->rule_generated[r]) return false;
-  return g_->rule_owner[r] == g_->rule_owner[g_->elem_rule[nodes_[parent].pos]];
+  return parent != kEmpty && !g_->rule_boundary[g_->elem_rule[pos]];
 }
 
 uint32_t StackPool::make(uint32_t pos, uint32_t parent) {
@@ -157,12 +154,21 @@ void StackPool::expand(uint32_t node, std::vector<uint32_t>& out) {
     }
     const uint32_t p = nodes_[n].pos;
     const Elem& e = g_->elems[p];
+    if (e.kind == kEnd) {
+      // A frame marker (see below): its rule is done, return to the caller.
+      work_.push_back(nodes_[n].parent);
+      continue;
+    }
     if (e.kind != kRef) {
       if (mark(n, 1, out_stamp)) out.push_back(n);
       continue;
     }
     uint32_t base = nodes_[n].parent;
-    if (g_->elems[p + 1].kind != kEnd) base = make(p + 1, base);
+    // A call pushes its return position. A call in last position (a tail call) pushes
+    // nothing, except in a boundary rule, which pushes its end marker so that the callee's
+    // context chain stops at a boundary position.
+    if (g_->elems[p + 1].kind != kEnd || g_->rule_boundary[g_->elem_rule[p]])
+      base = make(p + 1, base);
     for (uint32_t a = g_->rule_alt_begin[e.arg]; a < g_->rule_alt_begin[e.arg + 1]; ++a) {
       const uint32_t start = g_->alt_starts[a];
       work_.push_back(g_->elems[start].kind == kEnd ? base : make(start, base));
