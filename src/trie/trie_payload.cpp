@@ -150,21 +150,22 @@ TriePayload parse_trie_payload(std::string_view text, size_t n_vocab,
       tl.tokens.reserve(tokens.size());
       for (size_t t = 0; t < tokens.size(); ++t) {
         const json& tok = tokens[t];
-        const std::string twhere = lwhere + "/tokens/" + std::to_string(t);
+        // Built only on the error paths: no string work per valid token.
+        const auto twhere = [&] { return lwhere + "/tokens/" + std::to_string(t); };
         if (tok.is_number_unsigned()) {
           const uint64_t v = tok.get<uint64_t>();
           if (v >= n_vocab) {
-            fail(TrieErrc::kTokenRange, twhere,
+            fail(TrieErrc::kTokenRange, twhere(),
                  "token id " + std::to_string(v) + " out of range [0, " + std::to_string(n_vocab) +
                      ")");
           }
           tl.tokens.push_back(static_cast<Token>(v));
         } else if (tok.is_number_integer()) {
-          fail(TrieErrc::kTokenRange, twhere,
+          fail(TrieErrc::kTokenRange, twhere(),
                "token id " + std::to_string(tok.get<int64_t>()) + " out of range [0, " +
                    std::to_string(n_vocab) + ")");
         } else {
-          fail(TrieErrc::kSchema, twhere, "expected an integer token id, got " + type_name(tok));
+          fail(TrieErrc::kSchema, twhere(), "expected an integer token id, got " + type_name(tok));
         }
       }
       out.leaves.push_back(std::move(tl));
