@@ -210,7 +210,7 @@ void copy_key(gguf_context* dst, const gguf_context* src, int64_t id) {
 
 void write_all(std::FILE* f, const void* data, size_t n, const std::string& path) {
   if (n > 0 && std::fwrite(data, 1, n, f) != n) {
-    throw std::runtime_error("make-model: write to '" + path + "' failed");
+    throw std::runtime_error("write to '" + path + "' failed");
   }
 }
 
@@ -252,7 +252,7 @@ size_t write_tensor(std::FILE* f, const std::string& path, const TensorSpec& spe
         converted.resize(bytes);
         const size_t got =
             ggml_quantize_chunk(type, values.data(), converted.data(), 0, rows, spec.ne0, nullptr);
-        if (got != bytes) throw std::logic_error("make-model: unexpected quantized size");
+        if (got != bytes) throw std::logic_error("unexpected quantized size");
         write_all(f, converted.data(), bytes, path);
         break;
       }
@@ -274,7 +274,7 @@ MakeModelResult make_model(const MakeModelOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   init_llama();
   const ModelPreset& preset = find_model_preset(opt.preset);
-  if (opt.out_path.empty()) throw std::invalid_argument("make-model: no output path given");
+  if (opt.out_path.empty()) throw std::invalid_argument("no output path given");
   const WeightType wtype = opt.type.value_or(preset.default_type);
   const std::string model_name = "lacuna " + preset.name;
 
@@ -307,7 +307,7 @@ MakeModelResult make_model(const MakeModelOptions& opt) {
   const std::string vocab_dir = opt.vocab_dir.empty() ? default_vocab_dir() : opt.vocab_dir;
   const std::string vocab_path = vocab_dir + "/ggml-vocab-" + preset.vocab + ".gguf";
   if (vocab_dir.empty() || !fs::is_regular_file(vocab_path)) {
-    throw std::invalid_argument("make-model: tokenizer file '" + vocab_path +
+    throw std::invalid_argument("tokenizer file '" + vocab_path +
                                 "' not found (pass --vocab-dir <llama.cpp>/models)");
   }
   GgufPtr vocab;
@@ -318,18 +318,18 @@ MakeModelResult make_model(const MakeModelOptions& opt) {
     gp.no_alloc = true;
     vocab.reset(gguf_init_from_file(vocab_path.c_str(), gp));
     if (!vocab) {
-      throw std::runtime_error("make-model: cannot read tokenizer file '" + vocab_path +
+      throw std::runtime_error("cannot read tokenizer file '" + vocab_path +
                                "': " + last_llama_error());
     }
   }
   const int64_t tokens_id = gguf_find_key(vocab.get(), "tokenizer.ggml.tokens");
   if (tokens_id < 0 || gguf_get_kv_type(vocab.get(), tokens_id) != GGUF_TYPE_ARRAY ||
       gguf_get_arr_type(vocab.get(), tokens_id) != GGUF_TYPE_STRING) {
-    throw std::runtime_error("make-model: '" + vocab_path +
+    throw std::runtime_error("'" + vocab_path +
                              "' has no tokenizer.ggml.tokens string array");
   }
   const int64_t n_vocab = static_cast<int64_t>(gguf_get_arr_n(vocab.get(), tokens_id));
-  if (n_vocab <= 0) throw std::runtime_error("make-model: '" + vocab_path + "' has no tokens");
+  if (n_vocab <= 0) throw std::runtime_error("'" + vocab_path + "' has no tokens");
 
   // Metadata.
   GgufPtr out(gguf_init_empty());
@@ -368,7 +368,7 @@ MakeModelResult make_model(const MakeModelOptions& opt) {
   for (const TensorSpec& s : specs) {
     const ggml_type type = s.matrix ? to_ggml(wtype) : GGML_TYPE_F32;
     if (s.ne0 % ggml_blck_size(type) != 0) {
-      throw std::invalid_argument("make-model: tensor '" + s.name + "' row of " +
+      throw std::invalid_argument("tensor '" + s.name + "' row of " +
                                   std::to_string(s.ne0) + " does not fit type " +
                                   ggml_type_name(type));
     }
@@ -387,7 +387,7 @@ MakeModelResult make_model(const MakeModelOptions& opt) {
   const std::string tmp = opt.out_path + ".tmp." + std::to_string(::getpid());
   try {
     std::unique_ptr<std::FILE, FileCloser> f(std::fopen(tmp.c_str(), "wb"));
-    if (!f) throw std::runtime_error("make-model: cannot create '" + tmp + "'");
+    if (!f) throw std::runtime_error("cannot create '" + tmp + "'");
     std::vector<uint8_t> meta(gguf_get_meta_size(g));
     gguf_get_meta_data(g, meta.data());
     write_all(f.get(), meta.data(), meta.size(), tmp);
@@ -396,7 +396,7 @@ MakeModelResult make_model(const MakeModelOptions& opt) {
     size_t data_pos = 0;
     for (size_t i = 0; i < specs.size(); ++i) {
       if (gguf_get_tensor_offset(g, static_cast<int64_t>(i)) != data_pos) {
-        throw std::logic_error("make-model: tensor offset mismatch for " + specs[i].name);
+        throw std::logic_error("tensor offset mismatch for " + specs[i].name);
       }
       data_pos += write_tensor(f.get(), tmp, specs[i], types[i], opt.seed);
       const size_t pad = (alignment - data_pos % alignment) % alignment;
@@ -404,7 +404,7 @@ MakeModelResult make_model(const MakeModelOptions& opt) {
       data_pos += pad;
     }
     std::FILE* raw = f.release();
-    if (std::fclose(raw) != 0) throw std::runtime_error("make-model: closing '" + tmp + "' failed");
+    if (std::fclose(raw) != 0) throw std::runtime_error("closing '" + tmp + "' failed");
     fs::rename(tmp, out_path);
   } catch (...) {
     std::error_code ec;
