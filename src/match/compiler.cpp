@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "lacuna/matcher.h"
 #include "match/compiled_data.h"
@@ -331,6 +332,22 @@ class WalkStates {
     return v;
   }
 
+  // The code points some member can consume next (union of the members' character sets).
+  const CharSet& first(uint32_t set) {
+    if (firsts_.size() <= set) firsts_.resize(sets_.size());
+    if (!first_done_.count(set)) {
+      RangeSet u;
+      const auto [off, len] = sets_[set];
+      for (uint32_t i = 0; i < len; ++i) {
+        const Elem& e = g_.elems[pool_.pos(data_[off + i])];
+        if (e.kind == detail::kChars) merge_into(u, charset_ranges(g_.charsets[e.arg]));
+      }
+      firsts_[set] = detail::make_charset(false, false, std::move(u));
+      first_done_.insert(set);
+    }
+    return firsts_[set];
+  }
+
   const uint32_t* members(uint32_t set, uint32_t* n) const {
     *n = sets_[set].second;
     return data_.data() + sets_[set].first;
@@ -369,6 +386,8 @@ class WalkStates {
   std::vector<uint32_t> ascii_;
   std::unordered_map<uint64_t, uint32_t> other_;
   std::vector<uint32_t> scratch_;
+  std::vector<CharSet> firsts_;
+  std::unordered_set<uint32_t> first_done_;
 };
 
 struct Classifier {
@@ -426,7 +445,10 @@ struct Classifier {
       while (j >= frames.back().end) frames.pop_back();
       const Frame parent = frames.back();
       const auto& node = trie[j];
-      const uint32_t v = states.step(parent.set, node.cp);
+      // Most children fail at once: test the code point before the (memoized) step.
+      const uint32_t v = parent.set != 0 && states.first(parent.set).match(node.cp)
+                             ? states.step(parent.set, node.cp)
+                             : 0;
       const uint32_t set = v >> 1;
       const bool exited = v & 1u;
       const bool pending = parent.pending || (parent.exited && follow.match(node.cp));

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -23,6 +24,14 @@ using Clock = std::chrono::steady_clock;
 
 double us_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+// CPU time of this thread in microseconds: on a shared machine wall time also counts the
+// time other processes held the core.
+double thread_cpu_us() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
 }
 
 std::string read_file(const std::string& path) {
@@ -111,18 +120,22 @@ LACUNA_COMMAND(cmd_bench_mask, "bench-mask", "time token masks vs llama.cpp's gr
   toks.resize(static_cast<size_t>(nt));
 
   // lacuna: compile (parse + compile), then the walk.
-  std::vector<double> compile_us, mask_us;
+  std::vector<double> compile_us, mask_us, compile_cpu_us, mask_cpu_us;
   std::shared_ptr<const lacuna::CompiledGrammar> cg;
   std::vector<std::vector<uint32_t>> our_masks;
   for (int r = 0; r < repeat; ++r) {
     auto t0 = Clock::now();
+    double c0 = thread_cpu_us();
     cg = lacuna::CompiledGrammar::compile(lacuna::parse_gbnf(gbnf), index);
+    compile_cpu_us.push_back(thread_cpu_us() - c0);
     compile_us.push_back(us_since(t0));
     lacuna::GrammarMatcher m(cg);
     std::vector<uint32_t> words(lacuna::bitmask_words(n_vocab));
     for (size_t i = 0; i < toks.size(); ++i) {
       auto t1 = Clock::now();
+      double c1 = thread_cpu_us();
       m.fill_next_token_bitmask(words.data());
+      mask_cpu_us.push_back(thread_cpu_us() - c1);
       mask_us.push_back(us_since(t1));
       if (r == 0 && baseline) our_masks.push_back(words);
       if (!lacuna::bitmask_test(words.data(), toks[i]) || !m.accept_token(toks[i])) {
@@ -141,6 +154,8 @@ LACUNA_COMMAND(cmd_bench_mask, "bench-mask", "time token masks vs llama.cpp's gr
   out["token_index_memory_bytes"] = index->memory_bytes();
   out["lacuna"]["compile_us"] = summary(compile_us)["p50"];
   out["lacuna"]["mask_us"] = summary(mask_us);
+  out["lacuna"]["compile_cpu_us"] = summary(compile_cpu_us)["p50"];
+  out["lacuna"]["mask_cpu_us"] = summary(mask_cpu_us);
   out["lacuna"]["memory_bytes"] = cg->memory_bytes();
   out["lacuna"]["contexts"] = cg->n_contexts();
 
@@ -149,14 +164,16 @@ LACUNA_COMMAND(cmd_bench_mask, "bench-mask", "time token masks vs llama.cpp's gr
     llama_sampler* smpl = llama_sampler_init_grammar(vocab, gbnf.c_str(), "root");
     const double base_compile = us_since(t0);
     if (smpl == nullptr) throw std::runtime_error("llama.cpp refused the grammar");
-    std::vector<double> base_us;
+    std::vector<double> base_us, base_cpu_us;
     std::vector<llama_token_data> data(n_vocab);
     size_t mismatched_steps = 0;
     for (size_t i = 0; i < toks.size(); ++i) {
       for (size_t k = 0; k < n_vocab; ++k) data[k] = {static_cast<llama_token>(k), 0.0f, 0.0f};
       llama_token_data_array arr{data.data(), data.size(), -1, false};
       auto t1 = Clock::now();
+      double c1 = thread_cpu_us();
       llama_sampler_apply(smpl, &arr);
+      base_cpu_us.push_back(thread_cpu_us() - c1);
       base_us.push_back(us_since(t1));
       std::vector<uint32_t> theirs(lacuna::bitmask_words(n_vocab), 0);
       for (size_t k = 0; k < arr.size; ++k) {
@@ -168,8 +185,11 @@ LACUNA_COMMAND(cmd_bench_mask, "bench-mask", "time token masks vs llama.cpp's gr
     llama_sampler_free(smpl);
     out["baseline"]["compile_us"] = base_compile;
     out["baseline"]["mask_us"] = summary(base_us);
+    out["baseline"]["mask_cpu_us"] = summary(base_cpu_us);
     out["ratio_avg"] = out["baseline"]["mask_us"]["avg"].get<double>() /
                        out["lacuna"]["mask_us"]["avg"].get<double>();
+    out["ratio_cpu_avg"] = out["baseline"]["mask_cpu_us"]["avg"].get<double>() /
+                           out["lacuna"]["mask_cpu_us"]["avg"].get<double>();
     out["ratio_p50"] = out["baseline"]["mask_us"]["p50"].get<double>() /
                        out["lacuna"]["mask_us"]["p50"].get<double>();
     out["masks_equal"] = mismatched_steps == 0;
@@ -180,6 +200,12 @@ LACUNA_COMMAND(cmd_bench_mask, "bench-mask", "time token masks vs llama.cpp's gr
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::printf("grammar %s, %zu tokens, vocab %zu\n", grammar_path.c_str(), toks.size(), n_vocab);
+    std::printf("lacuna cpu: compile %.0f us, mask avg %.2f us p50 %.2f p99 %.2f max %.2f\n",
+                out["lacuna"]["compile_cpu_us"].get<double>(),
+                out["lacuna"]["mask_cpu_us"]["avg"].get<double>(),
+                out["lacuna"]["mask_cpu_us"]["p50"].get<double>(),
+                out["lacuna"]["mask_cpu_us"]["p99"].get<double>(),
+                out["lacuna"]["mask_cpu_us"]["max"].get<double>());
     std::printf(
         "lacuna:   compile %.0f us, mask avg %.2f us p50 %.2f p99 %.2f max %.2f, memory %zu "
         "bytes\n",
