@@ -1204,7 +1204,7 @@ class Converter {
       // Escapes always count as "other" (keys are compared in their canonical encoding).
       std::string oc =
           regex_detail::char_expression(other, rules_, regex_detail::Encoding::JsonString);
-      if (!oc.empty()) alts.push_back("(" + oc + ") " + tail);
+      if (!oc.empty()) alts.push_back((is_name(oc) ? oc : "(" + oc + ")") + " " + tail);
       rules_.define(names[i], join_alts(alts));
     }
     std::string name = rules_.add("key-other", "\"\\\"\" " + names[0]);

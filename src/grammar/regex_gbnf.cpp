@@ -225,12 +225,19 @@ std::string RuleSet::unique_name(std::string_view hint) {
   }
   while (!base.empty() && base.back() == '-') base.pop_back();
   if (base.empty()) base.push_back('r');
-  if (base == "root") base.append("-0");
+  // No name ends in "-<digits>": GBNF parsers name the rules they generate for groups and
+  // repetitions "<rule>-<n>", and our names must never collide with those.
+  size_t dash = base.rfind('-');
+  if (dash != std::string::npos && dash + 1 < base.size() &&
+      base.find_first_not_of("0123456789", dash + 1) == std::string::npos) {
+    base.insert(dash + 1, "n");
+  }
+  if (base == "root") base.append("-r");
   std::string name = base;
   int& n = counters_[base];
   while (bodies_.count(name) != 0 || name == "root") {
     name = base;
-    name.push_back('-');
+    name.append("-v");
     name.append(std::to_string(++n));
   }
   return name;

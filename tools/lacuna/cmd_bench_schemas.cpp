@@ -1,0 +1,387 @@
+// cmd_bench_schemas.cpp — `lacuna bench schemas DIR`: JSON Schema coverage and speed over
+// MaskBench-format files (schema + valid/invalid instances), token by token through the
+// grammar matcher. Prints a summary (JSON with --json) and writes per-file results.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "command.h"
+#include "grammar/json_schema_parts.h"
+#include "lacuna/grammar.h"
+#include "lacuna/json_schema.h"
+#include "lacuna/matcher.h"
+#include "lacuna/model.h"
+#include "lacuna/token_index.h"
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+struct FileResult {
+  std::string file;
+  std::string status;   // passed, failed, unsupported, error, grammar_error, timeout, no_tests
+  std::string keyword;  // unsupported keyword, or the keywords approximated (failed files)
+  std::string message;
+  double compile_ms = -1;
+  size_t tests = 0;
+  size_t tokens = 0;
+};
+
+struct WorkerStats {
+  std::vector<float> mask_us;
+  std::vector<double> compile_ms;
+};
+
+struct Config {
+  lacuna::SchemaOptions schema;
+  bool keep_order = false;
+  double timeout_ms = 10000;
+  bool byte_level = false;
+};
+
+// Walks one serialized instance. Returns 1 accepted to completion, 0 refused or incomplete,
+// -1 mask/accept disagreement.
+int walk(const std::shared_ptr<const lacuna::CompiledGrammar>& compiled, const lacuna::Vocab* vocab,
+         const std::string& text, std::vector<uint32_t>& words, WorkerStats& ws, size_t& tokens,
+         bool byte_level) {
+  lacuna::GrammarMatcher m(compiled);
+  if (byte_level || vocab == nullptr) {
+    if (!m.accept_string(text)) return 0;
+    return m.is_completed() ? 1 : 0;
+  }
+  std::vector<lacuna::Token> toks = lacuna::tokenize(*vocab, text, false, false);
+  for (lacuna::Token t : toks) {
+    auto t0 = Clock::now();
+    m.fill_next_token_bitmask(words.data());
+    ws.mask_us.push_back(
+        static_cast<float>(std::chrono::duration<double, std::micro>(Clock::now() - t0).count()));
+    ++tokens;
+    bool allowed = lacuna::bitmask_test(words.data(), t);
+    bool accepted = allowed && m.accept_token(t);
+    if (allowed != accepted) return -1;
+    if (!accepted) return 0;
+  }
+  return m.is_completed() ? 1 : 0;
+}
+
+FileResult run_file(const std::filesystem::path& path, const Config& cfg,
+                    const std::shared_ptr<const lacuna::TokenIndex>& index,
+                    const lacuna::Vocab* vocab, WorkerStats& ws) {
+  FileResult r;
+  r.file = path.filename().string();
+  ojson doc;
+  try {
+    std::ifstream in(path);
+    doc = ojson::parse(in);
+  } catch (const std::exception& e) {
+    r.status = "error";
+    r.message = std::string("unreadable file: ") + e.what();
+    return r;
+  }
+  if (!doc.contains("tests") || !doc["tests"].is_array() || doc["tests"].empty()) {
+    r.status = "no_tests";
+    return r;
+  }
+  r.tests = doc["tests"].size();
+  std::string schema = doc["schema"].dump(-1, ' ', false, ojson::error_handler_t::replace);
+  std::set<std::string> approximated;
+  lacuna::SchemaOptions so = cfg.schema;
+  so.on_warning = [&](const std::string& k, const std::string&, const std::string&) {
+    approximated.insert(k);
+  };
+  auto t0 = Clock::now();
+  std::shared_ptr<const lacuna::CompiledGrammar> compiled;
+  try {
+    std::string gbnf = lacuna::json_schema_to_gbnf(schema, so);
+    lacuna::Grammar g = lacuna::parse_gbnf(gbnf);
+    lacuna::CompileOptions co;
+    co.max_compile_ms = cfg.timeout_ms;
+    compiled = lacuna::CompiledGrammar::compile(g, cfg.byte_level ? nullptr : index, co);
+  } catch (const lacuna::SchemaError& e) {
+    r.status = "unsupported";
+    r.keyword = e.keyword.empty() ? "(schema)" : e.keyword;
+    r.message = e.what();
+    return r;
+  } catch (const lacuna::GrammarError& e) {
+    r.status = "grammar_error";
+    r.message = e.what();
+    return r;
+  } catch (const lacuna::GrammarLimitError& e) {
+    r.status = ms_since(t0) >= cfg.timeout_ms ? "timeout" : "error";
+    r.message = e.what();
+    return r;
+  } catch (const std::exception& e) {
+    r.status = "error";
+    r.message = e.what();
+    return r;
+  }
+  r.compile_ms = ms_since(t0);
+  ws.compile_ms.push_back(r.compile_ms);
+  std::vector<uint32_t> words(lacuna::bitmask_words(compiled->n_vocab() ? compiled->n_vocab() : 1));
+  bool flexible = cfg.schema.whitespace == lacuna::SchemaOptions::Whitespace::Flexible;
+  auto t_tests = Clock::now();
+  bool ok = true;
+  for (const ojson& t : doc["tests"]) {
+    bool valid = t.value("valid", false);
+    std::string data = t["data"].dump(-1, ' ', false, ojson::error_handler_t::replace);
+    std::vector<std::string> texts;
+    try {
+      if (cfg.keep_order) {
+        texts.push_back(data);
+      } else {
+        texts.push_back(lacuna::schema_detail::canonical_instance(schema, data, false, so));
+      }
+      if (flexible)
+        texts.push_back(lacuna::schema_detail::canonical_instance(cfg.keep_order ? "true" : schema,
+                                                                  data, true, so));
+    } catch (const std::exception& e) {
+      texts = {data};
+    }
+    for (const std::string& text : texts) {
+      int res;
+      try {
+        res = walk(compiled, vocab, text, words, ws, r.tokens, cfg.byte_level);
+      } catch (const std::exception& e) {
+        r.status = "error";
+        r.message = std::string("matcher: ") + e.what();
+        return r;
+      }
+      if (res < 0) {
+        r.status = "error";
+        r.message = "mask allows a token that accept_token refuses: " + text.substr(0, 200);
+        return r;
+      }
+      if ((res == 1) != valid) {
+        ok = false;
+        if (r.message.empty()) {
+          r.message =
+              std::string(valid ? "valid instance refused: " : "invalid instance accepted: ") +
+              text.substr(0, 300);
+        }
+      }
+      if (ms_since(t_tests) > cfg.timeout_ms) {
+        r.status = "timeout";
+        r.message = "instances took longer than the timeout";
+        return r;
+      }
+    }
+  }
+  r.status = ok ? "passed" : "failed";
+  if (!ok) {
+    for (const std::string& k : approximated) r.keyword += (r.keyword.empty() ? "" : ",") + k;
+    if (r.keyword.empty()) r.keyword = "(exact)";
+  }
+  return r;
+}
+
+template <typename T>
+double pct(std::vector<T>& v, double p) {
+  if (v.empty()) return 0;
+  size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
+  return static_cast<double>(v[i]);
+}
+
+}  // namespace
+
+LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
+               "JSON Schema coverage and speed over MaskBench-format files") {
+  std::string dir, vocab_path, out_path;
+  bool as_json = false, strict = false, compact = false;
+  int jobs = 1;
+  size_t limit = 0;
+  std::string filter;
+  Config cfg;
+  CLI::App app{"JSON Schema coverage and speed over a directory of MaskBench-format files.",
+               "lacuna bench schemas"};
+  app.add_option("dir", dir, "directory of *.json test files (jsonschemabench)")->required();
+  app.add_flag("--json", as_json, "print the summary as JSON");
+  app.add_option("--jobs", jobs, "worker threads (default 1)")->check(CLI::Range(1, 256));
+  app.add_option("--vocab", vocab_path,
+                 "vocabulary GGUF (default: llama.cpp's models/ggml-vocab-llama-bpe.gguf)");
+  app.add_option("--out", out_path, "per-file results, one JSON object a line");
+  app.add_option("--limit", limit, "stop after this many files with tests");
+  app.add_option("--filter", filter, "only files whose name contains this");
+  app.add_option("--timeout-ms", cfg.timeout_ms, "per-file time limit (default 10000)");
+  app.add_flag("--strict", strict, "strict mode: unsupported keywords are errors");
+  app.add_flag("--compact", compact, "compact whitespace mode (default: flexible)");
+  app.add_flag("--keep-order", cfg.keep_order,
+               "serialize instances in the file's key order instead of the schema's");
+  app.add_flag("--byte-level", cfg.byte_level, "walk bytes instead of tokens (no masks)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "lacuna bench schemas: " << e.what() << "\n\n" << app.help();
+    return 2;
+  }
+  cfg.schema.strict = strict;
+  if (compact) cfg.schema.whitespace = lacuna::SchemaOptions::Whitespace::Compact;
+  if (vocab_path.empty())
+    vocab_path = std::string(LACUNA_LLAMA_SRC_DIR) + "/models/ggml-vocab-llama-bpe.gguf";
+
+  std::vector<std::filesystem::path> files;
+  try {
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      if (e.path().extension() != ".json") continue;
+      if (!filter.empty() && e.path().filename().string().find(filter) == std::string::npos)
+        continue;
+      files.push_back(e.path());
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "lacuna bench schemas: cannot list " << dir << ": " << e.what() << "\n";
+    return 1;
+  }
+  std::sort(files.begin(), files.end());
+
+  std::optional<lacuna::Model> model;
+  std::optional<lacuna::Vocab> vocab;
+  std::shared_ptr<const lacuna::TokenIndex> index;
+  if (!cfg.byte_level) {
+    try {
+      lacuna::ModelParams mp;
+      mp.vocab_only = true;
+      model.emplace(lacuna::Model::load(vocab_path, mp));
+      vocab.emplace(model->vocab_ptr());
+      index = lacuna::TokenIndex::build(model->vocab_ptr());
+    } catch (const std::exception& e) {
+      std::cerr << "lacuna bench schemas: " << e.what() << "\n";
+      return 1;
+    }
+  }
+
+  std::vector<FileResult> results(files.size());
+  std::vector<WorkerStats> stats(static_cast<size_t>(jobs));
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> with_tests{0};
+  auto worker = [&](size_t w) {
+    while (true) {
+      size_t i = next.fetch_add(1);
+      if (i >= files.size()) break;
+      if (limit && with_tests.load() >= limit) break;
+      results[i] = run_file(files[i], cfg, index, vocab ? &*vocab : nullptr, stats[w]);
+      if (results[i].status != "no_tests") with_tests.fetch_add(1);
+    }
+  };
+  auto t_all = Clock::now();
+  std::vector<std::thread> threads;
+  for (int w = 0; w < jobs; ++w) threads.emplace_back(worker, static_cast<size_t>(w));
+  for (auto& t : threads) t.join();
+  double total_s = ms_since(t_all) / 1000.0;
+
+  size_t n_files = 0, n_tests = 0, compiled = 0, passed = 0, failed = 0, errors = 0, timeouts = 0,
+         grammar_errors = 0, crashes = 0, tokens = 0;
+  std::map<std::string, size_t> unsupported, failed_by;
+  std::ofstream out;
+  if (!out_path.empty()) out.open(out_path);
+  for (const FileResult& r : results) {
+    if (r.file.empty()) continue;  // not reached (--limit)
+    ++n_files;
+    if (r.status == "no_tests") continue;
+    ++n_tests;
+    tokens += r.tokens;
+    if (r.compile_ms >= 0) ++compiled;
+    if (r.status == "passed") ++passed;
+    if (r.status == "failed") {
+      ++failed;
+      size_t start = 0;
+      while (start <= r.keyword.size()) {
+        size_t comma = r.keyword.find(',', start);
+        if (comma == std::string::npos) comma = r.keyword.size();
+        ++failed_by[r.keyword.substr(start, comma - start)];
+        start = comma + 1;
+      }
+    }
+    if (r.status == "unsupported") ++unsupported[r.keyword];
+    if (r.status == "error") ++errors;
+    if (r.status == "grammar_error") ++grammar_errors;
+    if (r.status == "timeout") ++timeouts;
+    if (out) {
+      ojson line = {{"file", r.file},     {"status", r.status},         {"keyword", r.keyword},
+                    {"error", r.message}, {"compile_ms", r.compile_ms}, {"tests", r.tests}};
+      out << line.dump(-1, ' ', false, ojson::error_handler_t::replace) << "\n";
+    }
+  }
+  std::vector<double> cms;
+  std::vector<float> mus;
+  for (WorkerStats& s : stats) {
+    cms.insert(cms.end(), s.compile_ms.begin(), s.compile_ms.end());
+    mus.insert(mus.end(), s.mask_us.begin(), s.mask_us.end());
+  }
+  std::sort(cms.begin(), cms.end());
+  std::sort(mus.begin(), mus.end());
+  double mask_sum = 0;
+  for (float f : mus) mask_sum += f;
+  ojson summary = {
+      {"files", n_files},
+      {"files_with_tests", n_tests},
+      {"compiled", compiled},
+      {"passed", passed},
+      {"pass_rate", n_tests ? static_cast<double>(passed) / static_cast<double>(n_tests) : 0.0},
+      {"failed", failed},
+      {"failed_by_keyword", failed_by},
+      {"unsupported", unsupported},
+      {"errors", errors},
+      {"grammar_errors", grammar_errors},
+      {"crashes", crashes},
+      {"timeouts", timeouts},
+      {"compile_ms",
+       {{"p50", pct(cms, 0.5)},
+        {"p90", pct(cms, 0.9)},
+        {"p99", pct(cms, 0.99)},
+        {"max", cms.empty() ? 0.0 : cms.back()}}},
+      {"mask_us",
+       {{"avg", mus.empty() ? 0.0 : mask_sum / static_cast<double>(mus.size())},
+        {"p50", pct(mus, 0.5)},
+        {"p99", pct(mus, 0.99)},
+        {"max", mus.empty() ? 0.0 : static_cast<double>(mus.back())}}},
+      {"tokens", tokens},
+      {"mode",
+       {{"whitespace", compact ? "compact" : "flexible"},
+        {"strict", strict},
+        {"instance_key_order", cfg.keep_order ? "file" : "schema"},
+        {"walk", cfg.byte_level ? "bytes" : "tokens"},
+        {"vocab", cfg.byte_level ? "" : vocab_path},
+        {"jobs", jobs}}},
+      {"wall_s", total_s}};
+  if (as_json) {
+    std::cout << summary.dump(2) << "\n";
+  } else {
+    std::printf(
+        "files %zu (with tests %zu): passed %zu (%.1f%%), failed %zu, unsupported %zu, "
+        "errors %zu, grammar errors %zu, timeouts %zu, crashes %zu\n",
+        n_files, n_tests, passed,
+        n_tests ? 100.0 * static_cast<double>(passed) / static_cast<double>(n_tests) : 0.0, failed,
+        n_tests - compiled - errors - grammar_errors - timeouts, errors, grammar_errors, timeouts,
+        crashes);
+    std::printf("compile ms p50 %.3f p90 %.3f p99 %.3f max %.3f\n", pct(cms, 0.5), pct(cms, 0.9),
+                pct(cms, 0.99), cms.empty() ? 0.0 : cms.back());
+    std::printf("mask us avg %.2f p50 %.2f p99 %.2f max %.2f over %zu tokens\n",
+                mus.empty() ? 0.0 : mask_sum / static_cast<double>(mus.size()), pct(mus, 0.5),
+                pct(mus, 0.99), mus.empty() ? 0.0 : static_cast<double>(mus.back()), tokens);
+    std::printf("failed by keyword:");
+    for (auto& [k, v] : failed_by) std::printf(" %s=%zu", k.c_str(), v);
+    std::printf("\nunsupported:");
+    for (auto& [k, v] : unsupported) std::printf(" %s=%zu", k.c_str(), v);
+    std::printf("\n");
+  }
+  return 0;
+}
