@@ -1,0 +1,91 @@
+// test_matcher_threads.cpp — one CompiledGrammar (and TokenIndex) shared by several threads,
+// each with its own matcher and forks; masks must equal the single-threaded ones. Run under
+// ThreadSanitizer in CI.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "lacuna/grammar.h"
+#include "lacuna/matcher.h"
+#include "lacuna/token_index.h"
+#include "llama.h"
+
+using namespace lacuna;
+
+namespace {
+
+std::string read_file(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST(MatcherThreads, SharedCompiledGrammarManyMatchers) {
+  llama_backend_init();
+  llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
+  llama_model_params mp = llama_model_default_params();
+  mp.vocab_only = true;
+  std::string path = std::string(LACUNA_LLAMA_SRC_DIR) + "/models/ggml-vocab-llama-bpe.gguf";
+  llama_model* model = llama_model_load_from_file(path.c_str(), mp);
+  ASSERT_NE(model, nullptr);
+  const llama_vocab* vocab = llama_model_get_vocab(model);
+  auto index = TokenIndex::build(vocab);
+  auto cg = CompiledGrammar::compile(
+      parse_gbnf(read_file(std::string(LACUNA_LLAMA_SRC_DIR) + "/grammars/json.gbnf")), index);
+
+  const std::string text =
+      R"({"name": "Zoë", "n": [1, -2.5, 3e+7], "ok": true, "s": "a\"b\\c\u00e9", "o": {"k": null}})";
+  std::vector<llama_token> toks(text.size() + 8);
+  int32_t n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), toks.data(),
+                             static_cast<int32_t>(toks.size()), false, false);
+  ASSERT_GT(n, 0);
+  toks.resize(static_cast<size_t>(n));
+
+  // Reference masks, single-threaded.
+  const size_t words = bitmask_words(index->n_vocab());
+  std::vector<std::vector<uint32_t>> ref;
+  {
+    GrammarMatcher m(cg);
+    for (Token t : toks) {
+      std::vector<uint32_t> w(words);
+      m.fill_next_token_bitmask(w.data());
+      ref.push_back(w);
+      ASSERT_TRUE(m.accept_token(t));
+    }
+    EXPECT_TRUE(m.is_completed());
+  }
+
+  constexpr int kThreads = 4;
+  std::vector<int> mismatches(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int th = 0; th < kThreads; ++th) {
+    threads.emplace_back([&, th] {
+      GrammarMatcher m(cg);
+      std::vector<uint32_t> w(words);
+      for (int round = 0; round < 2; ++round) {
+        for (size_t i = 0; i < toks.size(); ++i) {
+          m.fill_next_token_bitmask(w.data());
+          if (w != ref[i]) ++mismatches[th];
+          // Forks move between steps too, and a forked copy must agree.
+          if ((i + static_cast<size_t>(th)) % 7 == 0) {
+            auto f = m.fork();
+            std::vector<uint32_t> w2(words);
+            f->fill_next_token_bitmask(w2.data());
+            if (w2 != ref[i]) ++mismatches[th];
+          }
+          if (!m.accept_token(toks[i])) ++mismatches[th];
+        }
+        if (!m.is_completed()) ++mismatches[th];
+        m.reset();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int th = 0; th < kThreads; ++th) EXPECT_EQ(mismatches[th], 0) << "thread " << th;
+  llama_model_free(model);
+}
