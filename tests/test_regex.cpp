@@ -1,0 +1,133 @@
+// test_regex.cpp — ECMAScript regex → GBNF: full-match semantics checked against
+// std::regex (ECMAScript grammar) on generated strings, search semantics, errors.
+// GCC 12 reports a false -Wrestrict inside std::string concatenation at -O3 (GCC bug 105329).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
+#include <gtest/gtest.h>
+
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "lacuna/grammar.h"
+#include "lacuna/matcher.h"
+#include "lacuna/regex.h"
+
+namespace {
+
+class Re {
+ public:
+  explicit Re(const std::string& pattern, lacuna::RegexOptions opt = {}) {
+    gbnf_ = lacuna::regex_to_gbnf(pattern, opt);
+    compiled_ = lacuna::CompiledGrammar::compile(lacuna::parse_gbnf(gbnf_), nullptr);
+  }
+  bool accepts(const std::string& text) const {
+    lacuna::GrammarMatcher m(compiled_);
+    return m.accept_string(text) && m.is_completed();
+  }
+  const std::string& gbnf() const { return gbnf_; }
+
+ private:
+  std::string gbnf_;
+  std::shared_ptr<const lacuna::CompiledGrammar> compiled_;
+};
+
+TEST(Regex, AgreesWithStdRegexOnRandomStrings) {
+  const std::vector<std::string> patterns = {
+      "a(b|c)*d",   "[a-c]{2,3}x?",       "(ab|a)(bc|c)", "\\d+(\\.\\d{1,2})?",
+      "[^ab]*b",    "(a|b)*abb",          "x{3}|y{0,2}",  "\\w\\W\\s\\S",
+      "[\\d\\-x]+", "(?:ab)+|c*",         "a.c",          "[A-Fa-f0-9]{2}(:[0-9a-f]{2})*",
+      "(a?){2}b",   "\\x41\\u0042[\\t ]", "a{2,}",        "((a|b)c)?d+",
+  };
+  const std::string alphabet = "abcdxy019.-: \tABW_";
+  std::mt19937 rng(42);
+  for (const std::string& p : patterns) {
+    Re re(p);
+    std::regex oracle(p, std::regex::ECMAScript);
+    for (int i = 0; i < 400; ++i) {
+      std::string s;
+      size_t len = rng() % 7;
+      for (size_t k = 0; k < len; ++k) s.push_back(alphabet[rng() % alphabet.size()]);
+      EXPECT_EQ(re.accepts(s), std::regex_match(s, oracle))
+          << "pattern " << p << " on '" << s << "'\n"
+          << re.gbnf();
+    }
+  }
+}
+
+TEST(Regex, KnownMatchesAndUnicode) {
+  Re re("^[α-ω]+-\\u00e9\\d$");
+  EXPECT_TRUE(re.accepts("αβγ-é7"));
+  EXPECT_FALSE(re.accepts("abc-é7"));
+  Re dot("a.b");
+  EXPECT_TRUE(dot.accepts("a€b"));
+  EXPECT_FALSE(dot.accepts("a\nb"));
+  Re space("\\s");
+  EXPECT_TRUE(space.accepts("\u00a0"));
+  EXPECT_TRUE(space.accepts("\u3000"));
+  EXPECT_FALSE(space.accepts("x"));
+}
+
+TEST(Regex, SearchSemanticsAndAnchors) {
+  lacuna::RegexOptions search;
+  search.search = true;
+  Re un("ab+", search);
+  EXPECT_TRUE(un.accepts("xxabbz"));
+  EXPECT_TRUE(un.accepts("ab"));
+  EXPECT_FALSE(un.accepts("ba"));
+  Re start("^ab", search);
+  EXPECT_TRUE(start.accepts("abzz"));
+  EXPECT_FALSE(start.accepts("zab"));
+  Re end("ab$", search);
+  EXPECT_TRUE(end.accepts("zzab"));
+  EXPECT_FALSE(end.accepts("abz"));
+  Re alt("^a$|b", search);
+  EXPECT_TRUE(alt.accepts("a"));
+  EXPECT_TRUE(alt.accepts("xbx"));
+  EXPECT_FALSE(alt.accepts("ax"));
+  Re grouped("^(foo|bar)$", search);
+  EXPECT_TRUE(grouped.accepts("bar"));
+  EXPECT_FALSE(grouped.accepts("bars"));
+  Re mixed("(^a|b$)", search);
+  EXPECT_TRUE(mixed.accepts("az"));
+  EXPECT_TRUE(mixed.accepts("zb"));
+  EXPECT_FALSE(mixed.accepts("za"));
+}
+
+TEST(Regex, ErrorsCarryPositions) {
+  auto pos = [](const std::string& p) -> long {
+    try {
+      lacuna::regex_to_gbnf(p);
+    } catch (const lacuna::RegexError& e) {
+      return static_cast<long>(e.position);
+    }
+    return -1;
+  };
+  EXPECT_EQ(pos("ab(c"), 4);
+  EXPECT_EQ(pos("a)"), 1);
+  EXPECT_EQ(pos("[z-a]"), 2);
+  EXPECT_EQ(pos("*a"), 0);
+  EXPECT_EQ(pos("a(?=b)"), 1);
+  EXPECT_EQ(pos("(a)\\1"), 4);
+  EXPECT_EQ(pos("x{5,2}"), 1);
+  EXPECT_GE(pos("[abc"), 0);
+  EXPECT_GE(pos("\\p{L}"), 0);
+  EXPECT_GE(pos("a\\"), 0);
+  EXPECT_GE(pos("a^b"), 0);
+  EXPECT_GE(pos(std::string("\xff")), 0);
+}
+
+TEST(Regex, RepetitionLimits) {
+  EXPECT_THROW(lacuna::regex_to_gbnf("a{5000}"), lacuna::RegexError);
+  std::vector<std::string> warnings;
+  lacuna::RegexOptions opt;
+  opt.on_warning = [&](const std::string& w) { warnings.push_back(w); };
+  Re wide("a{2,100000}", opt);
+  EXPECT_EQ(warnings.size(), 1u);
+  EXPECT_TRUE(wide.accepts(std::string(3000, 'a')));
+  EXPECT_FALSE(wide.accepts("a"));
+}
+
+}  // namespace
