@@ -18,15 +18,28 @@ namespace {
 constexpr size_t kVocab = 5000;
 constexpr Token kEnd = 4999;
 
+// "p<i>" and "p<i>_<k>", built by appending (g++ 12 -O3 warns falsely on "p" + std::string).
+std::string path_name(int i) {
+  std::string s("p");
+  s.append(std::to_string(i));
+  return s;
+}
+std::string leaf_name(int i, int k) {
+  std::string s = path_name(i);
+  s.push_back('_');
+  s.append(std::to_string(k));
+  return s;
+}
+
 // Payload i: 20 leaves "p<i>_<k>" with token sequences derived from i and k.
 std::string payload(int i) {
   nlohmann::json leaves = nlohmann::json::array();
   for (int k = 0; k < 20; ++k) {
-    leaves.push_back({{"name", "p" + std::to_string(i) + "_" + std::to_string(k)},
-                      {"tokens", {i % 100, 100 + k, 200 + (i * 7 + k) % 50}}});
+    leaves.push_back(
+        {{"name", leaf_name(i, k)}, {"tokens", {i % 100, 100 + k, 200 + (i * 7 + k) % 50}}});
   }
   nlohmann::json j = {{"modelId", "threads"},
-                      {"descriptors", {{{"path", "p" + std::to_string(i)}, {"leaves", leaves}}}}};
+                      {"descriptors", {{{"path", path_name(i)}, {"leaves", leaves}}}}};
   return j.dump();
 }
 
@@ -50,7 +63,7 @@ TEST(TrieCacheThreads, ConcurrentGetsEvictionsAndWalks) {
             (rng() % 4 == 0) ? static_cast<int>(rng() % kPayloads) : static_cast<int>(rng() % 8);
         auto set = cache.get(payloads[static_cast<size_t>(i)], kVocab);
         const auto& trie = *set->tries.at(0);
-        if (trie.path() != "p" + std::to_string(i) || trie.n_leaves() != 20) {
+        if (trie.path() != path_name(i) || trie.n_leaves() != 20) {
           ++failures;
           continue;
         }
@@ -63,7 +76,7 @@ TEST(TrieCacheThreads, ConcurrentGetsEvictionsAndWalks) {
           if (!bitmask_test(words.data(), tok) || !c.accept_token(tok)) ++failures;
         }
         if (!c.accept_token(kEnd) || c.chosen_leaf() == nullptr ||
-            *c.chosen_leaf() != "p" + std::to_string(i) + "_" + std::to_string(k)) {
+            *c.chosen_leaf() != leaf_name(i, k)) {
           ++failures;
         }
         if (it % 50 == 0) (void)cache.stats();
