@@ -144,6 +144,8 @@ TEST(Gbnf, Errors) {
   expect_error("root ::= \"abc", 1, 10, "unterminated string literal");
   expect_error("root ::= [abc", 1, 10, "unterminated character class");
   expect_error("root ::= [z-a]", 1, 13, "out of order");
+  expect_error("root ::= [] \"a\"", 1, 10, "empty character class");
+  expect_error("root ::= [^]", 1, 10, "empty character class");
   expect_error("root ::= (\"a\"", 1, 14, "expecting ')'");
   expect_error("root ::= *", 1, 10, "repetition operator without a preceding item");
   expect_error("root ::= \"a\"{", 1, 14, "expecting an integer");

@@ -378,6 +378,8 @@ class GbnfParser {
           el.ranges.push_back({lo, hi});
         }
         ++pos_;
+        // llama.cpp silently turns [] into the empty string; here it is an error.
+        if (el.ranges.empty()) fail_at(start, "empty character class");
         seq.push_back(std::move(el));
         skip_space(nested);
       } else if (c == '<' || c == '!') {

@@ -3,9 +3,9 @@
 // context as accepted / rejected / uncertain by one walk of the vocabulary trie.
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "lacuna/matcher.h"
 #include "match/compiled_data.h"
@@ -334,8 +334,11 @@ class WalkStates {
 
   // The code points some member can consume next (union of the members' character sets).
   const CharSet& first(uint32_t set) {
-    if (firsts_.size() <= set) firsts_.resize(sets_.size());
-    if (!first_done_.count(set)) {
+    if (firsts_.size() <= set) {
+      firsts_.resize(sets_.size());
+      first_done_.resize(sets_.size(), 0);
+    }
+    if (!first_done_[set]) {
       RangeSet u;
       const auto [off, len] = sets_[set];
       for (uint32_t i = 0; i < len; ++i) {
@@ -343,7 +346,7 @@ class WalkStates {
         if (e.kind == detail::kChars) merge_into(u, charset_ranges(g_.charsets[e.arg]));
       }
       firsts_[set] = detail::make_charset(false, false, std::move(u));
-      first_done_.insert(set);
+      first_done_[set] = 1;
     }
     return firsts_[set];
   }
@@ -386,8 +389,8 @@ class WalkStates {
   std::vector<uint32_t> ascii_;
   std::unordered_map<uint64_t, uint32_t> other_;
   std::vector<uint32_t> scratch_;
-  std::vector<CharSet> firsts_;
-  std::unordered_set<uint32_t> first_done_;
+  std::deque<CharSet> firsts_;  // a deque: frames keep pointers into it while it grows
+  std::vector<uint8_t> first_done_;
 };
 
 struct Classifier {
@@ -403,6 +406,7 @@ struct Classifier {
     uint32_t set;
     bool exited;
     bool pending;
+    const CharSet* first;  // what the frame's set can consume next (null: nothing)
   };
   std::vector<Frame> frames;
 
@@ -438,15 +442,15 @@ struct Classifier {
   void walk_subtree(uint32_t first, uint32_t root_set, const CharSet& follow) {
     const auto& trie = tokens.trie();
     frames.clear();
-    frames.push_back({trie[first].end, root_set, false, false});
+    frames.push_back({trie[first].end, root_set, false, false, &states.first(root_set)});
     uint32_t j = first;
     const uint32_t stop = trie[first].end;
     while (j < stop) {
       while (j >= frames.back().end) frames.pop_back();
-      const Frame parent = frames.back();
+      const Frame& parent = frames.back();
       const auto& node = trie[j];
       // Most children fail at once: test the code point before the (memoized) step.
-      const uint32_t v = parent.set != 0 && states.first(parent.set).match(node.cp)
+      const uint32_t v = parent.first != nullptr && parent.first->match(node.cp)
                              ? states.step(parent.set, node.cp)
                              : 0;
       const uint32_t set = v >> 1;
@@ -457,7 +461,7 @@ struct Classifier {
         continue;
       }
       classify_node(node, set, exited, pending);
-      frames.push_back({node.end, set, exited, pending});
+      frames.push_back({node.end, set, exited, pending, set != 0 ? &states.first(set) : nullptr});
       ++j;
     }
   }
