@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "grammar/regex_convert.h"
@@ -484,6 +485,81 @@ void split_branches(const Node& n, std::vector<Branch>& out, size_t limit) {
   out.push_back(std::move(b));
 }
 
+bool nullable(const Node& n) {
+  switch (n.kind) {
+    case Node::Kind::Chars:
+      return false;
+    case Node::Kind::Seq:
+      for (const Node& k : n.kids) {
+        if (!nullable(k)) return false;
+      }
+      return true;
+    case Node::Kind::Alt:
+      for (const Node& k : n.kids) {
+        if (nullable(k)) return true;
+      }
+      return false;
+    case Node::Kind::Repeat:
+      return n.min == 0 || nullable(n.kids[0]);
+    case Node::Kind::Start:
+    case Node::Kind::End:
+      return true;
+  }
+  return true;
+}
+
+// The node's language without the empty string; nullopt when nothing is left.
+std::optional<Node> nonempty(const Node& n) {
+  if (!nullable(n)) return n;
+  switch (n.kind) {
+    case Node::Kind::Chars:
+      return n;
+    case Node::Kind::Start:
+    case Node::Kind::End:
+      return std::nullopt;
+    case Node::Kind::Alt:
+    case Node::Kind::Seq: {
+      Node alt;
+      alt.kind = Node::Kind::Alt;
+      if (n.kind == Node::Kind::Alt) {
+        for (const Node& k : n.kids) {
+          if (auto ne = nonempty(k)) alt.kids.push_back(std::move(*ne));
+        }
+      } else {
+        // Every item is nullable: some item i is the first to match something.
+        for (size_t i = 0; i < n.kids.size(); ++i) {
+          auto ne = nonempty(n.kids[i]);
+          if (!ne) continue;
+          Node seq;
+          seq.kind = Node::Kind::Seq;
+          seq.kids.push_back(std::move(*ne));
+          for (size_t j = i + 1; j < n.kids.size(); ++j) seq.kids.push_back(n.kids[j]);
+          alt.kids.push_back(std::move(seq));
+        }
+      }
+      if (alt.kids.empty()) return std::nullopt;
+      if (alt.kids.size() == 1) return std::move(alt.kids[0]);
+      return alt;
+    }
+    case Node::Kind::Repeat: {
+      if (n.max == 0) return std::nullopt;
+      auto ne = nonempty(n.kids[0]);
+      if (!ne) return std::nullopt;
+      Node rest;
+      rest.kind = Node::Kind::Repeat;
+      rest.min = 0;
+      rest.max = n.max < 0 ? -1 : n.max - 1;
+      rest.kids.push_back(n.kids[0]);
+      Node seq;
+      seq.kind = Node::Kind::Seq;
+      seq.kids.push_back(std::move(*ne));
+      if (rest.max != 0) seq.kids.push_back(std::move(rest));
+      return seq;
+    }
+  }
+  return std::nullopt;
+}
+
 class Emitter {
  public:
   Emitter(gbnf::RuleSet& rules, Encoding enc) : rules_(rules), enc_(enc) {}
@@ -527,6 +603,18 @@ class Emitter {
         return "(" + out + ")";
       }
       case Node::Kind::Repeat: {
+        if (n.max < 0 && nullable(n.kids[0])) {
+          // X{m,} with X able to match "" is (X minus "")*: this keeps the grammar free of
+          // left recursion (a repeated rule reaching itself without consuming input).
+          std::optional<Node> ne = nonempty(n.kids[0]);
+          if (!ne) return "\"\"";
+          Node star;
+          star.kind = Node::Kind::Repeat;
+          star.min = 0;
+          star.max = -1;
+          star.kids.push_back(std::move(*ne));
+          return emit(star);
+        }
         const Node& inner = n.kids[0];
         std::string e = emit(inner);
         if (e.empty() || e == "\"\"") return "\"\"";

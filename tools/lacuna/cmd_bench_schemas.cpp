@@ -320,6 +320,8 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
       out << line.dump(-1, ' ', false, ojson::error_handler_t::replace) << "\n";
     }
   }
+  size_t n_unsupported = 0;
+  for (auto& [k, v] : unsupported) n_unsupported += v;
   std::vector<double> cms;
   std::vector<float> mus;
   for (WorkerStats& s : stats) {
