@@ -372,7 +372,7 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
         "errors %zu, grammar errors %zu, timeouts %zu, crashes %zu\n",
         n_files, n_tests, passed,
         n_tests ? 100.0 * static_cast<double>(passed) / static_cast<double>(n_tests) : 0.0, failed,
-        n_tests - compiled - errors - grammar_errors - timeouts, errors, grammar_errors, timeouts,
+        n_unsupported, errors, grammar_errors, timeouts,
         crashes);
     std::printf("compile ms p50 %.3f p90 %.3f p99 %.3f max %.3f\n", pct(cms, 0.5), pct(cms, 0.9),
                 pct(cms, 0.99), cms.empty() ? 0.0 : cms.back());
