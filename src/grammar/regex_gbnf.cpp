@@ -151,6 +151,12 @@ void append_escaped(std::string& out, uint32_t c, bool in_class) {
       c == '"' || c == '\\' || (in_class && (c == ']' || c == '[' || c == '-' || c == '^'));
   if (printable_ascii && !special) {
     out.push_back(static_cast<char>(c));
+  } else if (c == '"' || c == '\\' || c == ']' || c == '[' || c == '-') {
+    out.push_back('\\');
+    out.push_back(static_cast<char>(c));
+  } else if (c == '\n' || c == '\r' || c == '\t') {
+    out.push_back('\\');
+    out.push_back(c == '\n' ? 'n' : c == '\r' ? 'r' : 't');
   } else if (c < 0x80) {
     std::snprintf(buf, sizeof buf, "\\x%02X", c);
     out += buf;
