@@ -606,7 +606,8 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
       cm.accepted_len = static_cast<uint32_t>(cl.accepted.size());
       d.accepted_ids.insert(d.accepted_ids.end(), cl.accepted.begin(), cl.accepted.end());
     }
-    std::sort(cl.uncertain.begin(), cl.uncertain.end());
+    // Uncertain tokens stay in trie order: neighbours share prefixes, which the run-time
+    // check reuses.
     cm.uncertain_off = static_cast<uint32_t>(d.uncertain_ids.size());
     cm.uncertain_len = static_cast<uint32_t>(cl.uncertain.size());
     d.uncertain_ids.insert(d.uncertain_ids.end(), cl.uncertain.begin(), cl.uncertain.end());

@@ -190,14 +190,7 @@ class MatcherState {
         const Token* ids = d_->accepted_ids.data() + cm.accepted_off;
         for (uint32_t k = 0; k < cm.accepted_len; ++k) bitmask_set(words, ids[k]);
       }
-      const Token* unc = d_->uncertain_ids.data() + cm.uncertain_off;
-      for (uint32_t k = 0; k < cm.uncertain_len; ++k) {
-        const Token t = unc[k];
-        if (bitmask_test(words, t)) continue;
-        size_t ncp;
-        const uint32_t* cps = tokens.code_points(t, &ncp);
-        if (run(&s, 1, t, true, true, cps, ncp, tokens.partial(t), nullptr)) bitmask_set(words, t);
-      }
+      check_uncertain(s, d_->uncertain_ids.data() + cm.uncertain_off, cm.uncertain_len, words);
     }
     if (allow_eog) {
       for (Token t : tokens.eog_tokens()) bitmask_set(words, t);
@@ -332,6 +325,66 @@ class MatcherState {
     if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
   }
 
+  // Checks a context's uncertain tokens (in trie order) against the real stack s. The
+  // parse frontier after each code point is kept per depth and reused by the next token
+  // as far as the two share a prefix.
+  void check_uncertain(uint32_t s, const Token* ids, uint32_t count, uint32_t* words) {
+    const TokenIndex& tokens = *d_->tokens;
+    const auto& g = d_->g;
+    fb_.clear();
+    depth_off_.clear();
+    fb_.push_back(s);
+    depth_off_.push_back(0);
+    depth_off_.push_back(1);
+    const uint32_t* built = nullptr;  // code points the frontiers were built for
+    size_t built_depth = 0;           // frontiers exist for depths 0..built_depth
+    for (uint32_t k = 0; k < count; ++k) {
+      const Token t = ids[k];
+      if (bitmask_test(words, t)) continue;
+      size_t n;
+      const uint32_t* cps = tokens.code_points(t, &n);
+      size_t l = 0;
+      while (l < built_depth && l < n && cps[l] == built[l]) ++l;
+      depth_off_.resize(l + 2);
+      fb_.resize(depth_off_[l + 1]);
+      built = cps;
+      built_depth = l;
+      bool dead = depth_off_[l + 1] == depth_off_[l];
+      for (size_t dpt = l; dpt < n && !dead; ++dpt) {
+        const uint32_t stamp = next_stamp();
+        const uint32_t begin = depth_off_[dpt], end = depth_off_[dpt + 1];
+        for (uint32_t i = begin; i < end; ++i) {
+          const uint32_t c = fb_[i];
+          if (c == StackPool::kEmpty) continue;
+          const Elem& e = g.elems[pool_.pos(c)];
+          if (e.kind != detail::kChars || !g.charsets[e.arg].match(cps[dpt])) continue;
+          uint32_t kn;
+          const uint32_t* sc = pool_.succ(c, &kn);
+          for (uint32_t j = 0; j < kn; ++j) {
+            if (mark(sc[j], stamp)) fb_.push_back(sc[j]);
+          }
+        }
+        depth_off_.push_back(static_cast<uint32_t>(fb_.size()));
+        built_depth = dpt + 1;
+        dead = depth_off_[dpt + 2] == depth_off_[dpt + 1];
+      }
+      if (dead || built_depth < n) continue;
+      const uint32_t begin = depth_off_[n], end = depth_off_[n + 1];
+      const PartialUtf8 p = tokens.partial(t);
+      bool ok = false;
+      if (p.n_remain == 0) {
+        ok = end > begin;
+      } else {
+        for (uint32_t i = begin; i < end && !ok; ++i) {
+          if (fb_[i] == StackPool::kEmpty) continue;
+          const Elem& e = g.elems[pool_.pos(fb_[i])];
+          ok = e.kind == detail::kChars && g.charsets[e.arg].match_partial(p);
+        }
+      }
+      if (ok) bitmask_set(words, t);
+    }
+  }
+
   // A stack whose context was not precomputed: check every text token (slow, rare).
   void check_all_tokens(uint32_t s, uint32_t* words) {
     const TokenIndex& tokens = *d_->tokens;
@@ -364,7 +417,7 @@ class MatcherState {
   StackPool pool_;
   std::vector<Step> history_;
   std::vector<uint32_t> sets_;
-  std::vector<uint32_t> scratch_, a_, b_, cps_;
+  std::vector<uint32_t> scratch_, a_, b_, cps_, fb_, depth_off_;
   std::vector<uint32_t> stamp_;
   uint32_t stamp_now_ = 0;
 };
