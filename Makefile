@@ -28,6 +28,7 @@ build: $(BUILD)/build.ninja
 demo: build
 	$(BUILD)/lacuna make-model --preset tiny-llama3 --out $(DEMO_MODEL) --skip-existing
 	$(BUILD)/lacuna run -m $(DEMO_MODEL) -p "$(DEMO_PROMPT)" -n 48 --threads 2
+	$(BUILD)/lacuna run -m $(DEMO_MODEL) -p "Call the weather tool as JSON:" --schema examples/tool_call_schema.json --schema-whitespace compact -n 128 --threads 2 --json-stats
 
 # All tests: the Release suite, then the unit tests again under ASan+UBSan and the
 # threaded tests under TSan, each in its own build directory.

@@ -181,6 +181,7 @@ class Generator {
   std::vector<Token> pending_;  // emitted/prompt tokens not yet in the KV cache
   std::vector<Token> drafts_;   // scratch
   std::vector<Token> step_tokens_;
+  size_t draft_len_ = 0;  // current draft length limit (adaptive, <= max_draft)
   bool logits_valid_ = false;
   int32_t logits_idx_ = -1;
   bool prefilled_ = false;

@@ -122,6 +122,7 @@ void Generator::prefill(std::span<const Token> prompt) {
   stats_ = GenerationStats{};
   stats_.prompt_tokens = prompt.size();
   mask_valid_ = false;  // the caller may have moved the constraint in between
+  draft_len_ = config_.decode.max_draft;
   t_start_ = Clock::now();
 
   pending_.insert(pending_.end(), prompt.begin(), prompt.end());
@@ -511,7 +512,7 @@ Step Generator::next() {
       const std::string forced = constraint_->jump_forward_string();
       make_drafts(forced, drafts_);
       stats_.mask_ms += ms_between(t0, Clock::now());
-      const size_t limit = std::min({opt.max_draft, budget, static_cast<size_t>(n_batch_) - 1});
+      const size_t limit = std::min({draft_len_, budget, static_cast<size_t>(n_batch_) - 1});
       if (drafts_.size() > limit) drafts_.resize(limit);
     }
     if (room < pending_.size() + drafts_.size() + 1) drafts_.clear();
@@ -543,6 +544,12 @@ Step Generator::next() {
     }
     if (t != LLAMA_TOKEN_NULL) emit(t, false);
     break;
+  }
+  if (n_draft > 0) {
+    // Adapt the draft length to what the model accepts: double it after a fully accepted
+    // draft, else propose one more than was accepted. Exactness does not depend on it.
+    draft_len_ = k == n_draft ? std::min(opt.max_draft, std::max<size_t>(1, draft_len_ * 2))
+                              : std::max<size_t>(1, k + 1);
   }
   if (k < n_draft) {
     // Roll back the KV of the rejected drafts.

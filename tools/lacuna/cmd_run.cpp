@@ -1,8 +1,10 @@
-// cmd_run.cpp — `lacuna run`: plain text generation that streams tokens to stdout and ends
-// with one stats line on stderr.
+// cmd_run.cpp — `lacuna run`: text generation (free or constrained by a grammar, JSON Schema,
+// regex or choices) that streams tokens to stdout and ends with one stats line on stderr.
 //
 // Defaults: greedy decoding (--temp 0) so that a run is deterministic; the prompt is
 // tokenized with the model's BOS (when it asks for one) and with special-token text parsed.
+// The decode loop is lacuna::Generator: forced tokens are emitted without forward passes
+// (LACUNA_SKIP=0 / LACUNA_VERIFY=0 switch that off, docs/generator.md).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -16,6 +18,9 @@
 #include <vector>
 
 #include "command.h"
+#include "decode/constraint_factory.h"
+#include "lacuna/generator.h"
+#include "lacuna/json_schema.h"
 #include "lacuna/kv.h"
 #include "lacuna/model.h"
 
@@ -34,16 +39,16 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The plain decode loop: prefill the prompt in n_batch chunks, then sample one token,
-// run one forward pass, repeat; stops at an end-of-generation token or after n_predict.
-// (The Generator in src/decode/ takes over this job; this loop is the baseline.)
-RunStats generate_plain(lacuna::Context& ctx, llama_sampler* sampler,
-                        std::span<const lacuna::Token> prompt, int32_t n_predict,
-                        const std::function<void(lacuna::Token)>& on_token,
-                        lacuna::kv::Session* session = nullptr) {
+// Prefill (through the KV session when there is one) and generation with the Generator.
+// With a session, the session restores/decodes all prompt tokens but the last; the
+// generator decodes the last one and takes it from there.
+RunStats generate(lacuna::Context& ctx, const lacuna::GeneratorConfig& config,
+                  std::unique_ptr<lacuna::Constraint> constraint,
+                  std::span<const lacuna::Token> prompt,
+                  const std::function<void(std::string_view)>& on_text,
+                  lacuna::kv::Session* session, lacuna::GenerationStats& gen_stats) {
   RunStats st;
   st.n_prompt = static_cast<int32_t>(prompt.size());
-  const lacuna::Vocab vocab = ctx.vocab();
   const int32_t n_batch = static_cast<int32_t>(ctx.n_batch());
   lacuna::Batch batch(n_batch);
 
@@ -54,40 +59,36 @@ RunStats generate_plain(lacuna::Context& ctx, llama_sampler* sampler,
   ctx.clear_memory();
 
   auto t0 = std::chrono::steady_clock::now();
-  lacuna::Pos pos = 0;
-  if (session != nullptr) {  // KV reuse: the session restores what it can, decodes the rest
-    const lacuna::kv::PrefillResult r = session->prefill(prompt);
+  std::span<const lacuna::Token> rest = prompt;
+  if (session != nullptr && prompt.size() > 1) {
+    const lacuna::kv::PrefillResult r = session->prefill(prompt.first(prompt.size() - 1));
     st.n_reused = r.n_reused;
     st.n_forward += r.n_computed > 0 ? 1 : 0;
-    pos = st.n_prompt;
+    rest = prompt.last(1);
   }
-  while (pos < st.n_prompt) {
-    batch.clear();
-    const int32_t end = std::min(st.n_prompt, pos + n_batch);
-    for (; pos < end; ++pos) batch.add(prompt[pos], pos, 0, pos == st.n_prompt - 1);
-    ctx.decode(batch);
-    ++st.n_forward;
-  }
+  lacuna::Generator gen(ctx.get(), config, std::move(constraint));
+  gen.prefill(rest);
+  if (session != nullptr) session->append_external(rest);
+  st.n_forward += static_cast<int32_t>((rest.size() + static_cast<size_t>(n_batch) - 1) /
+                                       static_cast<size_t>(n_batch));
   st.prefill_s = seconds_since(t0);
 
   t0 = std::chrono::steady_clock::now();
-  while (st.n_generated < n_predict) {
-    const lacuna::Token token = llama_sampler_sample(sampler, ctx.get(), -1);
-    if (vocab.is_eog(token)) break;
-    on_token(token);
-    ++st.n_generated;
-    if (st.n_generated == n_predict) break;
-    if (session != nullptr) {
-      session->decode(token);
-      ++pos;
-    } else {
-      batch.clear();
-      batch.add(token, pos++, 0, true);
-      ctx.decode(batch);
-    }
-    ++st.n_forward;
+  if (config.max_tokens > 0) {  // -n 0: prefill only
+    gen.generate([&](const lacuna::Step& step) {
+      if (!step.text.empty()) on_text(step.text);
+      return true;
+    });
   }
   st.decode_s = seconds_since(t0);
+  if (session != nullptr) {
+    // Generated tokens whose KV is in the sequence (the last ones may still be pending).
+    const size_t in_kv = static_cast<size_t>(gen.n_past()) - prompt.size();
+    session->append_external(std::span<const lacuna::Token>(gen.tokens()).first(in_kv));
+  }
+  st.n_generated = static_cast<int32_t>(gen.tokens().size());
+  st.n_forward += static_cast<int32_t>(gen.stats().forward_passes);
+  gen_stats = gen.stats();
   return st;
 }
 
@@ -104,6 +105,11 @@ LACUNA_COMMAND(cmd_run, "run", "generate text from a prompt (streams to stdout)"
   std::string persist_dir;
   bool no_kv_reuse = false;
   uint32_t kv_block = 0;
+  lacuna::decode::ConstraintSpec spec;
+  std::string choices;
+  std::string schema_whitespace = "flexible";
+  bool json_stats = false;
+  std::vector<std::string> stop_strings;
   CLI::App app{
       "Generate text from a prompt; the text streams to stdout, one stats line "
       "goes to stderr at the end. Greedy by default (--temp 0).",
@@ -125,6 +131,18 @@ LACUNA_COMMAND(cmd_run, "run", "generate text from a prompt (streams to stdout)"
                "plain prefill: ignore --persist-dir and LACUNA_PERSIST_DIR");
   app.add_option("--kv-block", kv_block, "KV cache block size in tokens (default 64)")
       ->check(CLI::Range(1u, 65536u));
+  app.add_option("--grammar", spec.grammar_file, "constrain the output to a GBNF grammar file");
+  app.add_option("--schema", spec.schema_file, "constrain the output to a JSON Schema file");
+  app.add_option("--schema-whitespace", schema_whitespace,
+                 "whitespace a --schema allows: flexible (default) or compact")
+      ->check(CLI::IsMember({"flexible", "compact"}));
+  app.add_option("--regex", spec.regex, "constrain the output to a regular expression");
+  app.add_option("--choices", choices, "the output is exactly one of these, comma-separated");
+  app.add_option("--lazy-trigger", spec.lazy_triggers,
+                 "constrain only after this string appears in the output (repeatable)");
+  app.add_option("--stop", stop_strings, "stop once the text contains this string (repeatable)");
+  app.add_flag("--json-stats", json_stats,
+               "print the generation's stats as one JSON line on stderr at the end");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -154,10 +172,61 @@ LACUNA_COMMAND(cmd_run, "run", "generate text from a prompt (streams to stdout)"
     return 2;
   }
 
-  lacuna::SamplingParams sp;
-  sp.temp = temp;
-  sp.seed = seed;
-  const lacuna::SamplerPtr sampler = lacuna::make_sampler(sp);
+  if (!choices.empty()) {
+    size_t at = 0;
+    while (at <= choices.size()) {
+      const size_t comma = std::min(choices.find(',', at), choices.size());
+      spec.choices.push_back(choices.substr(at, comma - at));
+      at = comma + 1;
+    }
+  }
+  std::unique_ptr<lacuna::Constraint> constraint;
+  if (!spec.empty()) {
+    std::string gbnf;
+    try {
+      if (!spec.schema_file.empty()) {
+        lacuna::SchemaOptions so;
+        so.whitespace = schema_whitespace == "compact"
+                            ? lacuna::SchemaOptions::Whitespace::Compact
+                            : lacuna::SchemaOptions::Whitespace::Flexible;
+        so.on_warning = [](const std::string& keyword, const std::string& pointer,
+                           const std::string& message) {
+          std::cerr << "lacuna run: schema: " << keyword << " at " << pointer << ": " << message
+                    << "\n";
+        };
+        const int n_sources =
+            !spec.grammar_file.empty() + !spec.regex.empty() + !spec.choices.empty();
+        if (n_sources > 0) {
+          throw std::invalid_argument(
+              "give one of --grammar, --schema, --regex, --choices, not several");
+        }
+        gbnf = lacuna::json_schema_to_gbnf(lacuna::decode::read_text_file(spec.schema_file), so);
+      } else {
+        gbnf = lacuna::decode::spec_to_gbnf(spec);
+      }
+      constraint =
+          lacuna::decode::make_grammar_constraint(model.vocab_ptr(), gbnf, spec.lazy_triggers);
+    } catch (const std::exception& e) {
+      std::cerr << "lacuna run: " << e.what() << "\n";
+      return 2;
+    }
+  } else if (!spec.lazy_triggers.empty()) {
+    std::cerr << "lacuna run: --lazy-trigger needs --grammar, --schema, --regex or --choices\n";
+    return 2;
+  }
+
+  lacuna::GeneratorConfig gc;
+  gc.temp = temp;
+  gc.seed = seed;
+  gc.max_tokens = static_cast<size_t>(n_predict);
+  gc.stop_strings = stop_strings;
+  try {
+    gc.decode = lacuna::decode_options_from_env();
+    gc.print_stats = lacuna::stats_enabled_from_env();
+  } catch (const std::exception& e) {
+    std::cerr << "lacuna run: " << e.what() << "\n";
+    return 2;
+  }
 
   // KV reuse across runs (src/kv): only with a persistent cache directory.
   lacuna::kv::KvConfig kv_config = lacuna::kv::KvConfig::from_env();
@@ -174,17 +243,14 @@ LACUNA_COMMAND(cmd_run, "run", "generate text from a prompt (streams to stdout)"
         std::make_unique<lacuna::kv::Session>(ctx.get(), 0, kv_config, nullptr, kv_store.get());
   }
 
-  std::string piece;
-  piece.reserve(256);
-  const RunStats st = generate_plain(
-      ctx, sampler.get(), tokens, n_predict,
-      [&](lacuna::Token t) {
-        piece.clear();
-        lacuna::append_token_piece(vocab, t, piece);
-        std::fwrite(piece.data(), 1, piece.size(), stdout);
+  lacuna::GenerationStats gen_stats;
+  const RunStats st = generate(
+      ctx, gc, std::move(constraint), tokens,
+      [&](std::string_view text) {
+        std::fwrite(text.data(), 1, text.size(), stdout);
         std::fflush(stdout);
       },
-      kv_session.get());
+      kv_session.get(), gen_stats);
   std::fputc('\n', stdout);
   std::fflush(stdout);
 
@@ -194,6 +260,7 @@ LACUNA_COMMAND(cmd_run, "run", "generate text from a prompt (streams to stdout)"
                "prompt %d tokens, generated %d tokens, %d forward passes, "
                "prefill %.1f tokens/s, decode %.1f tokens/s\n",
                st.n_prompt, st.n_generated, st.n_forward, prefill_tps, decode_tps);
+  if (json_stats) std::fprintf(stderr, "%s\n", gen_stats.to_json().c_str());
   if (kv_session) {
     const uint64_t written = kv_session->persist();
     kv_store->cleanup(kv_config.persist_max_age_s, kv_config.persist_max_bytes);
