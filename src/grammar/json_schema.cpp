@@ -1158,7 +1158,6 @@ class Converter {
       bool terminal = false;
     };
     std::vector<TrieNode> trie(1);
-    size_t total = 0;
     for (const std::string& k : keys) {
       int n = 0;
       size_t pos = 0;
@@ -1176,7 +1175,6 @@ class Converter {
         }
       }
       trie[static_cast<size_t>(n)].terminal = true;
-      total += k.size();
     }
     std::string str = string_rule();
     if (trie.size() > 4000) {
@@ -1193,7 +1191,6 @@ class Converter {
       gbnf::CharSet children;
       for (auto& [c, id] : n.kids) {
         children.add(c);
-        std::string enc = json(std::string()).dump();
         std::string one;
         gbnf::append_utf8(one, c);
         std::string content = json(one).dump(-1, ' ', false, json::error_handler_t::replace);
