@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -117,6 +118,7 @@ LACUNA_COMMAND(cmd_bench_forced, "bench-forced",
   size_t files_used = 0;
   size_t files_skipped = 0;
   size_t refused = 0;
+  std::map<std::string, size_t> skip_reasons;
   std::vector<uint32_t> words(lacuna::bitmask_words(static_cast<size_t>(vocab.n_vocab())));
   const auto t0 = Clock::now();
   for (const auto& path : files) {
@@ -146,8 +148,11 @@ LACUNA_COMMAND(cmd_bench_forced, "bench-forced",
         }
       }
       files_used += used ? 1 : 0;
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
       ++files_skipped;  // unsupported schema, limit, malformed file
+      std::string why = e.what();
+      why = why.substr(0, std::min(why.find(" ("), std::min<size_t>(why.size(), 60)));
+      ++skip_reasons[why];
     }
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -161,6 +166,7 @@ LACUNA_COMMAND(cmd_bench_forced, "bench-forced",
   r["files"] = files.size();
   r["files_used"] = files_used;
   r["files_skipped"] = files_skipped;
+  r["skip_reasons"] = skip_reasons;
   r["instances"] = total.instances;
   r["instances_refused"] = refused;
   r["tokens"] = total.tokens;
