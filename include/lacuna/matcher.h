@@ -97,6 +97,9 @@ class GrammarMatcher final : public Constraint {
   size_t forced_tokens(std::vector<Token>& out, size_t max_tokens = 64) const override;
   std::string jump_forward_string() const override;
 
+  // The last token ended inside a UTF-8 sequence (only continuation bytes may follow, and
+  // no end-of-generation token: see docs/grammar.md).
+  bool in_partial_utf8() const;
   // Steps that rollback() can undo.
   size_t history_size() const;
   // Parse stacks alive now (for tests and diagnostics).

@@ -59,6 +59,7 @@ class MatcherState {
     return has_empty();
   }
   bool is_terminated() const { return cur().terminated; }
+  bool in_partial_utf8() const { return cur().partial.n_remain > 0; }
 
   bool has_empty() const {
     const uint32_t* s = stacks();
@@ -505,6 +506,10 @@ size_t GrammarMatcher::forced_tokens(std::vector<Token>& out, size_t max_tokens)
 std::string GrammarMatcher::jump_forward_string() const {
   detail::MatcherState probe(*state_);
   return probe.jump_forward();
+}
+
+bool GrammarMatcher::in_partial_utf8() const {
+  return state_->in_partial_utf8();
 }
 
 }  // namespace lacuna
