@@ -11,11 +11,13 @@
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gguf.h"
+#include "lacuna/log.h"
 #include "lacuna/model.h"
 #include "test_models.h"
 
@@ -339,6 +341,37 @@ TEST_F(BadModelFiles, InspectReportsTheSameErrors) {
   EXPECT_THROW(lacuna::inspect_gguf(truncated(good_->size() - 7)), ModelError);
   const lacuna::GgufInfo info = lacuna::inspect_gguf(*good_path_);
   EXPECT_EQ(info.name, "lacuna tiny-spm");
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Log, LevelsParseAndLlamaErrorsAreCaptured) {
+  EXPECT_EQ(lacuna::parse_log_level("debug"), lacuna::LogLevel::debug);
+  EXPECT_EQ(lacuna::parse_log_level("warning"), lacuna::LogLevel::warn);
+  EXPECT_EQ(lacuna::parse_log_level("off"), lacuna::LogLevel::none);
+  EXPECT_THROW(lacuna::parse_log_level("loud"), std::invalid_argument);
+  const lacuna::LogLevel before = lacuna::log_level();
+  lacuna::set_log_level(lacuna::LogLevel::none);
+  EXPECT_EQ(lacuna::log_level(), lacuna::LogLevel::none);
+
+  // A GGUF that ggml's parser rejects leaves its complaint in last_llama_error().
+  const std::string path =
+      (fs::temp_directory_path() / ("lacuna-log-" + std::to_string(::getpid()) + ".gguf")).string();
+  {
+    std::ofstream out(path, std::ios::binary);
+    const char header[24] = {'G', 'G', 'U', 'F', 99, 0, 0, 0};
+    out.write(header, sizeof(header));
+  }
+  lacuna::clear_last_llama_error();
+  EXPECT_THROW(lacuna::inspect_gguf(path), ModelError);
+  EXPECT_NE(lacuna::last_llama_error().find("version"), std::string::npos)
+      << lacuna::last_llama_error();
+  lacuna::clear_last_llama_error();
+  EXPECT_EQ(lacuna::last_llama_error(), "");
+  fs::remove(path);
+  lacuna::set_log_level(before);
 }
 
 }  // namespace
