@@ -9,6 +9,9 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 DEMO_MODEL := $(BUILD)/models/demo-tiny-llama3.gguf
 DEMO_PROMPT ?= Write a JSON object describing a city:
+# llama.cpp's OpenMP threads spin while waiting by default; on a busy machine (tests side
+# by side, CI) spinning threads starve each other. Passive waiting costs little when idle.
+export OMP_WAIT_POLICY ?= passive
 
 .PHONY: all deps build demo test test-unit test-asan test-tsan fuzz format clean
 
