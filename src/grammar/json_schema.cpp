@@ -13,6 +13,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 #include <set>
 #include <unordered_map>
 #include <vector>
@@ -131,6 +132,16 @@ class Converter {
       return inst;
     }
     static const json kTrue = true;
+    if (inst.is_object() && alts.size() > 1) {
+      // Put the alternatives that fit the instance best first (a discriminated oneOf picks
+      // its branch by a const, enum, pattern or type).
+      std::vector<std::pair<long, size_t>> scored;
+      for (size_t i = 0; i < alts.size(); ++i) scored.push_back({-fit_score(inst, *alts[i]), i});
+      std::stable_sort(scored.begin(), scored.end());
+      std::vector<const json*> sorted;
+      for (auto& [score, i] : scored) sorted.push_back(alts[i]);
+      alts = std::move(sorted);
+    }
     if (inst.is_object()) {
       std::vector<std::string> order;
       std::map<std::string, const json*> sub;
@@ -198,6 +209,59 @@ class Converter {
       out.push_back(reorder(inst[i], *sch, depth + 1));
     }
     return out;
+  }
+
+  // How well an object instance fits a flattened alternative (higher is better).
+  long fit_score(const json& inst, const json& alt) {
+    if (!alt.is_object()) return 0;
+    long score = 0;
+    auto req = alt.find("required");
+    if (req != alt.end() && req->is_array()) {
+      for (const json& k : *req) {
+        if (k.is_string() && !inst.contains(k.get<std::string>())) score -= 100;
+      }
+    }
+    auto props = alt.find("properties");
+    if (props == alt.end() || !props->is_object()) return score;
+    for (auto it = inst.begin(); it != inst.end(); ++it) {
+      auto p = props->find(it.key());
+      if (p == props->end()) continue;
+      score += 1;
+      const json* ps = &*p;
+      for (int hop = 0; hop < 8 && ps->is_object() && ps->contains("$ref"); ++hop) {
+        try {
+          const json& r = (*ps)["$ref"];
+          if (!r.is_string()) break;
+          ps = resolve(r.get<std::string>(), "").first;
+        } catch (const std::exception&) {
+          break;
+        }
+      }
+      if (!ps->is_object()) continue;
+      const json& v = it.value();
+      if (ps->contains("const") && (*ps)["const"] != v) score -= 50;
+      if (ps->contains("enum") && (*ps)["enum"].is_array()) {
+        const json& e = (*ps)["enum"];
+        if (std::find(e.begin(), e.end(), v) == e.end()) score -= 50;
+      }
+      if (ps->contains("type")) {
+        std::set<std::string> types;
+        for (const std::string& t : type_list((*ps)["type"])) types.insert(t);
+        if (types.count("number")) types.insert("integer");
+        if (!types.empty() && !type_matches(v, types)) score -= 50;
+      }
+      if (ps->contains("pattern") && (*ps)["pattern"].is_string() && v.is_string()) {
+        const std::string& pat = (*ps)["pattern"].get_ref<const std::string&>();
+        const std::string& str = v.get_ref<const std::string&>();
+        if (pat.size() <= 200 && str.size() <= 1000) {
+          try {
+            if (!std::regex_search(str, std::regex(pat, std::regex::ECMAScript))) score -= 50;
+          } catch (const std::exception&) {
+          }
+        }
+      }
+    }
+    return score;
   }
 
   std::string run() {
