@@ -85,6 +85,7 @@ TEST(KvStore, FindsDeepestEntryAndDropsRedundantPrefixes) {
   EXPECT_EQ(store.write(std::vector<Token>{1, 2, 3}, shape, payload), 0u);  // < 1 block
   EXPECT_GT(store.write(a, shape, payload), 0u);
   EXPECT_GT(store.write(c, shape, payload), 0u);
+  EXPECT_EQ(store.write(c, shape, payload), 0u) << "already stored";
   EXPECT_EQ(store.n_entries(), 2u);
   auto e = store.find(std::vector<Token>{1, 2, 3, 4, 5, 6, 7, 8, 99, 99, 99, 99});
   EXPECT_EQ(e.n_blocks, 2u);

@@ -279,7 +279,8 @@ class PersistentStore {
   bool read(const Entry& e, std::vector<uint8_t>& buffer, CacheFileView& view, std::string& reason);
 
   // Writes an entry for `tokens` (at least one full block) with its state payload.
-  // Entries whose tokens are a strict prefix of `tokens` are dropped. Returns bytes written.
+  // Entries whose tokens are a strict prefix of `tokens` are dropped. Returns bytes written:
+  // 0 for fewer than one full block, or when an entry for the same tokens exists already.
   uint64_t write(std::span<const Token> tokens, const KvShape& shape,
                  std::span<const uint8_t> payload);
 

@@ -323,11 +323,24 @@ uint64_t PersistentStore::write(std::span<const Token> tokens, const KvShape& sh
                                 std::span<const uint8_t> payload) {
   const auto hashes = block_hashes(tokens, block_size_, root_);
   if (hashes.empty()) return 0;
-  const auto file_bytes = encode_cache_file(fp_, block_size_, shape, tokens, payload);
   const uint64_t tokens_hash = XXH3_64bits(tokens.data(), tokens.size_bytes());
   const std::string name = fp_.hex().substr(0, 16) + "-" + hex64(tokens_hash) + "-" +
                            std::to_string(tokens.size()) + kSuffix;
   const std::string path = dir_ + "/" + name;
+  {
+    // The same tokens of the same model are stored already: only mark them as used.
+    const uint64_t size = 128 + tokens.size_bytes() + payload.size();
+    struct stat st {};
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    Stmt q(impl_->db, "SELECT id FROM entries WHERE file = ? AND bytes = ?");
+    q.bind(1, name).bind(2, static_cast<int64_t>(size));
+    if (q.step() && stat(path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == size) {
+      Stmt u(impl_->db, "UPDATE entries SET last_used = ? WHERE id = ?");
+      u.bind(1, now_s()).bind(2, q.col_int(0)).step();
+      return 0;
+    }
+  }
+  const auto file_bytes = encode_cache_file(fp_, block_size_, shape, tokens, payload);
   // Write to a private temporary name, then rename: readers never see a partial file.
   static std::atomic<uint64_t> counter{0};
   std::random_device rd;
