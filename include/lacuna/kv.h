@@ -123,10 +123,12 @@ MemoryTraits memory_traits(llama_context* ctx, bool kv_unified);
 // count passes the budget or when holders run out.
 class PrefixCache {
  public:
-  // holder_seqs: sequence ids reserved for the cache (not used by any Session). The context
-  // must have a unified KV cache (llama_context_params::kv_unified, or n_seq_max == 1 is not
-  // enough: holders are extra sequences). Throws KvError on an empty holder list or ids out
-  // of range, and when the memory cannot drop suffixes (recurrent/hybrid models).
+  // holder_seqs: sequence ids reserved for the cache (never used by a Session). The context
+  // needs a unified KV cache (llama_context_params::kv_unified = true) whenever it has more
+  // than one sequence, which it does since holders are sequences of their own. Throws
+  // KvError on an empty or duplicated holder list, ids out of range, a non-unified cache,
+  // and memory that cannot drop suffixes (recurrent/hybrid models). max_cached_tokens: the
+  // budget (0 = half the context).
   PrefixCache(llama_context* ctx, std::vector<SeqId> holder_seqs, uint32_t block_size,
               size_t max_cached_tokens);
   ~PrefixCache();
@@ -357,9 +359,9 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // Throws std::invalid_argument for an empty prompt or tokens out of the vocabulary,
-  // KvError when the prompt does not fit the context, LlamaError-like KvError on decode
-  // failure (the sequence is then cleared).
+  // Throws std::invalid_argument for an empty prompt or tokens out of the vocabulary, and
+  // KvError when the prompt does not fit the context or llama_decode fails (the sequence is
+  // then empty). The sequence is emptied when the session is created.
   PrefillResult prefill(std::span<const Token> prompt);
 
   // Decodes one token after the current ones (its logits at llama_get_logits_ith(ctx, -1)).
