@@ -193,6 +193,43 @@ TEST(JsonSchemaNumber, NumberRanges) {
   expect_language(neg, {"-2", "-1.5", "-1.0001"}, {"-1", "-2.5", "0"});
 }
 
+TEST(JsonSchemaNumber, DecimalBoundsAreExact) {
+  // Values in hundredths, so every comparison below is exact.
+  struct Case {
+    const char* lo;
+    bool lo_excl;
+    const char* hi;
+    bool hi_excl;
+  };
+  const std::vector<Case> cases = {{"-4.5", false, "0.25", true},   {"0.1", true, "1.5", false},
+                                   {"-2.05", false, "-1", true},    {"0", true, nullptr, false},
+                                   {nullptr, false, "-0.5", false}, {"1.25", false, "1.3", false}};
+  auto hundredths = [](const std::string& t) {
+    double d = std::stod(t);
+    return static_cast<long>(d * 100 + (d < 0 ? -0.5 : 0.5));
+  };
+  for (const Case& c : cases) {
+    std::string schema = "{\"type\":\"number\"";
+    if (c.lo)
+      schema += std::string(",\"") + (c.lo_excl ? "exclusiveMinimum" : "minimum") + "\":" + c.lo;
+    if (c.hi)
+      schema += std::string(",\"") + (c.hi_excl ? "exclusiveMaximum" : "maximum") + "\":" + c.hi;
+    schema += "}";
+    Lang l(schema);
+    for (long v = -520; v <= 320; v += 5) {
+      long a = v < 0 ? -v : v;
+      std::string text = (v < 0 ? "-" : "") + std::to_string(a / 100);
+      if (a % 100) text += "." + std::string(a % 100 < 10 ? "0" : "") + std::to_string(a % 100);
+      if (text.size() > 2 && text.back() == '0' && text.find('.') != std::string::npos)
+        text.pop_back();
+      bool in = true;
+      if (c.lo) in = in && (c.lo_excl ? v > hundredths(c.lo) : v >= hundredths(c.lo));
+      if (c.hi) in = in && (c.hi_excl ? v < hundredths(c.hi) : v <= hundredths(c.hi));
+      EXPECT_EQ(l.accepts(text), in) << schema << " on " << text << "\n" << l.gbnf();
+    }
+  }
+}
+
 TEST(JsonSchemaNumber, MultipleOf) {
   Lang l(R"({"type":"integer","multipleOf":3})");
   for (int n = -40; n <= 40; ++n) EXPECT_EQ(l.accepts(std::to_string(n)), n % 3 == 0) << n;

@@ -1018,12 +1018,15 @@ class Converter {
     };
     if (s.contains(inclusive)) {
       const json& v = s[inclusive];
-      if (!v.is_number()) fail(inclusive, ptr, std::string(inclusive) + " must be a number");
+      if (!v.is_number()) {
+        warn(inclusive, ptr, std::string(inclusive) + " is not a number; ignored");
+        return b;
+      }
       bool excl = s.contains(exclusive) && s[exclusive].is_boolean() && s[exclusive].get<bool>();
-      tighter({v.get<double>(), excl});
+      tighter({v.get<double>(), excl, v.dump()});
     }
     if (s.contains(exclusive) && s[exclusive].is_number()) {
-      tighter({s[exclusive].get<double>(), true});
+      tighter({s[exclusive].get<double>(), true, s[exclusive].dump()});
     }
     return b;
   }
@@ -1064,7 +1067,7 @@ class Converter {
     }
     bool widened = false;
     std::string e = schema_detail::number_range(lo, hi, rules_, widened);
-    if (widened) warn("minimum", ptr, "a fractional bound on a number is widened to an integer");
+    if (widened) warn("minimum", ptr, "a bound beyond 15 integer digits is not enforced");
     if (mult) {
       double inv = 1.0 / *mult;
       double digits = std::log10(inv);

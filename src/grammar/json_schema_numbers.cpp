@@ -5,7 +5,10 @@
 #endif
 // their exclusive forms), built digit by digit.
 #include <cmath>
+#include <cstdlib>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "grammar/json_schema_parts.h"
@@ -122,86 +125,244 @@ std::string integer_range(std::optional<int64_t> lo, std::optional<int64_t> hi,
 
 namespace {
 
-// Non-negative numbers m (no sign, no exponent) with a <= m <= b (integers; b < 0:
-// unbounded), a_excl / b_excl making the bounds strict.
-std::string nonneg_number(int64_t a, bool a_excl, int64_t b, bool b_excl) {
-  const std::string frac = "(\".\" [0-9]+)?";
-  const std::string zero_frac = "(\".\" \"0\"+)?";
-  const std::string nonzero_frac = "\".\" \"0\"* [1-9] [0-9]*";
-  std::vector<std::string> alts;
-  bool unbounded = b < 0;
-  if (!unbounded && a > b) return "";
-  if (!unbounded && a == b) {
-    if (a_excl || b_excl) return "";
-    return "\"" + std::to_string(a) + "\" " + zero_frac;
+// A non-negative decimal: integer part and fraction digits (no trailing zeros).
+struct Mag {
+  uint64_t ip = 0;
+  std::string fp;
+  bool strict = false;  // as a bound: exclusive
+};
+
+// Parses the JSON text of a number into sign and magnitude. False when the integer part
+// does not fit comfortably (then the bound is treated as absent or handled by the caller).
+bool parse_decimal(const std::string& text, bool& neg, Mag& m) {
+  size_t i = 0;
+  neg = false;
+  if (i < text.size() && text[i] == '-') neg = true, ++i;
+  std::string digits;
+  long point = -1;
+  for (; i < text.size() && ((text[i] >= '0' && text[i] <= '9') || text[i] == '.'); ++i) {
+    if (text[i] == '.') {
+      point = static_cast<long>(digits.size());
+    } else {
+      digits.push_back(text[i]);
+    }
   }
-  // I == a
-  alts.push_back("\"" + std::to_string(a) + "\" " + (a_excl ? nonzero_frac : frac));
-  // a < I < b
-  std::string mid = nonneg_range(static_cast<uint64_t>(a) + 1, unbounded ? -1 : b - 1);
-  if (!mid.empty()) alts.push_back(mid + " " + frac);
-  // I == b
-  if (!unbounded && !b_excl) alts.push_back("\"" + std::to_string(b) + "\" " + zero_frac);
+  if (digits.empty()) return false;
+  if (point < 0) point = static_cast<long>(digits.size());
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    long e = std::strtol(text.c_str() + i + 1, nullptr, 10);
+    if (e > 30 || e < -30) return false;
+    point += e;
+  }
+  if (point < 0) {
+    digits.insert(0, static_cast<size_t>(-point), '0');
+    point = 0;
+  }
+  if (static_cast<size_t>(point) > digits.size())
+    digits.append(static_cast<size_t>(point) - digits.size(), '0');
+  std::string ip = digits.substr(0, static_cast<size_t>(point));
+  std::string fp = digits.substr(static_cast<size_t>(point));
+  while (!fp.empty() && fp.back() == '0') fp.pop_back();
+  size_t nz = ip.find_first_not_of('0');
+  ip = nz == std::string::npos ? "0" : ip.substr(nz);
+  if (ip.size() > 15) return false;
+  m.ip = std::stoull(ip);
+  m.fp = fp;
+  return true;
+}
+
+// a > b (as values; strictness ignored).
+int compare(const Mag& a, const Mag& b) {
+  if (a.ip != b.ip) return a.ip < b.ip ? -1 : 1;
+  size_t n = std::max(a.fp.size(), b.fp.size());
+  for (size_t i = 0; i < n; ++i) {
+    char x = i < a.fp.size() ? a.fp[i] : '0', y = i < b.fp.size() ? b.fp[i] : '0';
+    if (x != y) return x < y ? -1 : 1;
+  }
+  return 0;
+}
+
+// Grammars for fraction digit strings D with lo <= 0.D <= hi (either bound optional),
+// as a small automaton: one rule per (position in lo, position in hi).
+class FracBuilder {
+ public:
+  FracBuilder(gbnf::RuleSet& rules, const Mag* lo, const Mag* hi)
+      : rules_(rules), lo_(lo), hi_(hi) {}
+
+  // The part after the integer: "" (no fraction) when allowed, or "." and digits.
+  std::string fraction() {
+    State s{lo_ != nullptr, 0, hi_ != nullptr, 0};
+    if (!s.lo && !s.hi) return "(\".\" [0-9]+)?";
+    std::string plus = digits_plus(s);
+    bool empty_ok = empty_allowed(s);
+    if (plus.empty()) return empty_ok ? "\"\"" : "";
+    return empty_ok ? "(\".\" " + plus + ")?" : "\".\" " + plus;
+  }
+
+ private:
+  struct State {
+    bool lo;
+    size_t lo_pos;
+    bool hi;
+    size_t hi_pos;
+    bool operator<(const State& o) const {
+      return std::tie(lo, lo_pos, hi, hi_pos) < std::tie(o.lo, o.lo_pos, o.hi, o.hi_pos);
+    }
+  };
+
+  bool empty_allowed(const State& s) const {
+    bool lo_ok = !s.lo || (s.lo_pos >= lo_->fp.size() && !lo_->strict);
+    bool hi_ok = !s.hi || s.hi_pos < hi_->fp.size() || !hi_->strict;
+    return lo_ok && hi_ok;
+  }
+
+  // Next state after digit d, or false when d is refused.
+  bool step(const State& s, char d, State& next) const {
+    next = s;
+    if (s.lo) {
+      if (s.lo_pos >= lo_->fp.size()) {
+        if (!lo_->strict || d > '0') next.lo = false;  // at the end: >= 0 holds / > 0 now holds
+      } else {
+        char l = lo_->fp[s.lo_pos];
+        if (d < l) return false;
+        if (d > l) {
+          next.lo = false;
+        } else {
+          next.lo_pos = s.lo_pos + 1;
+        }
+      }
+    }
+    if (s.hi) {
+      if (s.hi_pos >= hi_->fp.size()) {
+        if (d > '0') return false;  // the rest must stay zero
+      } else {
+        char h = hi_->fp[s.hi_pos];
+        if (d > h) return false;
+        if (d < h) {
+          next.hi = false;
+        } else {
+          next.hi_pos = s.hi_pos + 1;
+        }
+      }
+    }
+    return true;
+  }
+
+  // Non-empty digit strings from state s.
+  std::string digits_plus(const State& s) {
+    std::map<State, std::string> by_next;
+    for (char d = '0'; d <= '9'; ++d) {
+      State n;
+      if (step(s, d, n)) by_next[n].push_back(d);
+    }
+    std::vector<std::string> alts;
+    for (auto& [n, ds] : by_next) {
+      std::string cls;
+      if (ds.size() == 1) {
+        cls = "\"" + ds + "\"";
+      } else if (ds.back() - ds.front() + 1 == static_cast<int>(ds.size())) {
+        cls = std::string("[") + ds.front() + "-" + ds.back() + "]";
+      } else {
+        cls = "[" + ds + "]";
+      }
+      alts.push_back(cls + " " + digits_star(n));
+    }
+    std::string body;
+    for (size_t i = 0; i < alts.size(); ++i) body += (i ? " | " : "") + alts[i];
+    return alts.size() > 1 ? "(" + body + ")" : body;
+  }
+
+  // Possibly empty digit strings from state s, as a rule reference (or [0-9]*).
+  std::string digits_star(const State& s) {
+    if (!s.lo && !s.hi) return "[0-9]*";
+    auto it = memo_.find(s);
+    if (it != memo_.end()) return it->second;
+    std::string name = rules_.reserve("frac");
+    memo_.emplace(s, name);
+    std::string plus = digits_plus(s);
+    std::string body = empty_allowed(s) ? "\"\"" : "";
+    if (!plus.empty()) body += (body.empty() ? "" : " | ") + plus;
+    if (body.empty()) body = "[^\\x00-\\U0010FFFF]";
+    rules_.define(name, body);
+    return name;
+  }
+
+  gbnf::RuleSet& rules_;
+  const Mag* lo_;
+  const Mag* hi_;
+  std::map<State, std::string> memo_;
+};
+
+// Non-negative numbers m (no sign, no exponent) with lo <= m <= hi (strictness in the Mags;
+// absent bound: none on that side).
+std::string magnitude(const Mag* lo, const Mag* hi, gbnf::RuleSet& rules) {
+  Mag zero;
+  const Mag* a = lo ? lo : &zero;
+  if (hi) {
+    int c = compare(*a, *hi);
+    if (c > 0 || (c == 0 && (a->strict || hi->strict))) return "";
+  }
+  std::vector<std::string> alts;
+  auto lit = [](uint64_t v) { return "\"" + std::to_string(v) + "\""; };
+  auto add = [&](const std::string& head, const std::string& frac) {
+    if (!frac.empty()) alts.push_back(frac == "\"\"" ? head : head + " " + frac);
+  };
+  if (hi && a->ip == hi->ip) {
+    FracBuilder fb(rules, lo, hi);
+    add(lit(a->ip), fb.fraction());
+  } else {
+    FracBuilder low(rules, lo, nullptr);
+    add(lit(a->ip), low.fraction());
+    std::string mid = nonneg_range(a->ip + 1, hi ? static_cast<int64_t>(hi->ip) - 1 : -1);
+    if (!mid.empty()) alts.push_back(mid + " (\".\" [0-9]+)?");
+    if (hi) {
+      FracBuilder up(rules, nullptr, hi);
+      add(lit(hi->ip), up.fraction());
+    }
+  }
+  if (alts.empty()) return "";
   std::string body;
   for (size_t i = 0; i < alts.size(); ++i) body += (i ? " | " : "") + alts[i];
   return "(" + body + ")";
 }
-
-constexpr double kMaxExact = 9.0e15;
 
 }  // namespace
 
 std::string number_range(std::optional<Bound> lo, std::optional<Bound> hi, gbnf::RuleSet& rules,
                          bool& widened) {
   widened = false;
-  if (lo && std::fabs(lo->value) > kMaxExact) {
-    if (lo->value < 0) lo.reset();
+  bool lo_neg = false, hi_neg = false;
+  Mag lo_m, hi_m;
+  bool has_lo = lo && parse_decimal(lo->text, lo_neg, lo_m);
+  bool has_hi = hi && parse_decimal(hi->text, hi_neg, hi_m);
+  if (lo && !has_lo) {
+    if (lo->value > 0) widened = true;  // a huge positive minimum is dropped
   }
-  if (hi && std::fabs(hi->value) > kMaxExact) {
-    if (hi->value > 0) hi.reset();
+  if (hi && !has_hi) {
+    if (hi->value < 0) widened = true;
   }
-  if (lo && lo->value > kMaxExact) lo->value = kMaxExact, widened = true;
-  if (hi && hi->value < -kMaxExact) hi->value = -kMaxExact, widened = true;
-  if (!lo && !hi) {
+  if (!has_lo && !has_hi) {
     return rules.add("number",
                      "\"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)?");
   }
-  // Widen fractional bounds to integers.
-  auto widen_lo = [&](Bound& b) {
-    double f = std::floor(b.value);
-    if (f != b.value) b = {f, false}, widened = true;
-  };
-  auto widen_hi = [&](Bound& b) {
-    double c = std::ceil(b.value);
-    if (c != b.value) b = {c, false}, widened = true;
-  };
-  if (lo) widen_lo(*lo);
-  if (hi) widen_hi(*hi);
-  if (lo && hi &&
-      (lo->value > hi->value || (lo->value == hi->value && (lo->exclusive || hi->exclusive)))) {
-    return "";
-  }
+  if (has_lo) lo_m.strict = lo->exclusive;
+  if (has_hi) hi_m.strict = hi->exclusive;
+  bool lo_zero = has_lo && lo_m.ip == 0 && lo_m.fp.empty();
+  bool hi_zero = has_hi && hi_m.ip == 0 && hi_m.fp.empty();
+  if (lo_zero) lo_neg = false;
+  if (hi_zero) hi_neg = false;
   std::vector<std::string> alts;
-  // Negative side: x = -m, m > 0; m in [max(0, -hi), -lo].
-  if (!lo || lo->value < 0) {
-    int64_t m_hi = lo ? static_cast<int64_t>(-lo->value) : -1;
-    bool m_hi_excl = lo ? lo->exclusive : false;
-    int64_t m_lo = 0;
-    bool m_lo_excl = true;  // m == 0 is covered by the non-negative side
-    if (hi && hi->value < 0) {
-      m_lo = static_cast<int64_t>(-hi->value);
-      m_lo_excl = hi->exclusive;
-    }
-    std::string r = nonneg_number(m_lo, m_lo_excl, m_hi, m_hi_excl);
+  // Negative side: x = -m with m > 0.
+  if (!(has_lo && !lo_neg)) {
+    Mag m_lo;  // from hi: m >= -hi, or m > 0
+    m_lo.strict = true;
+    if (has_hi && hi_neg) m_lo = hi_m;
+    std::string r = magnitude(&m_lo, has_lo ? &lo_m : nullptr, rules);
     if (!r.empty()) alts.push_back("\"-\" " + r);
   }
-  if (!hi || hi->value >= 0) {
-    int64_t a = 0;
-    bool a_excl = false;
-    if (lo && lo->value >= 0) a = static_cast<int64_t>(lo->value), a_excl = lo->exclusive;
-    int64_t b = hi ? static_cast<int64_t>(hi->value) : -1;
-    bool b_excl = hi ? hi->exclusive : false;
-    std::string r = nonneg_number(a, a_excl, b, b_excl);
+  // Non-negative side.
+  if (!(has_hi && hi_neg)) {
+    std::string r = magnitude(has_lo && !lo_neg ? &lo_m : nullptr, has_hi ? &hi_m : nullptr, rules);
     if (!r.empty()) alts.push_back(r);
   }
   if (alts.empty()) return "";

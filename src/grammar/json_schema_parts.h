@@ -15,6 +15,7 @@ namespace lacuna::schema_detail {
 struct Bound {
   double value = 0;
   bool exclusive = false;
+  std::string text;  // the number as written in the schema (JSON), for exact decimals
 };
 
 // GBNF expression for the decimal integers n with lo <= n <= hi (either side optional).
@@ -22,9 +23,9 @@ struct Bound {
 std::string integer_range(std::optional<int64_t> lo, std::optional<int64_t> hi,
                           gbnf::RuleSet& rules);
 
-// GBNF expression for JSON numbers within the bounds. Exact for integer-valued bounds; a
-// fractional bound is widened to the enclosing integer (`widened` set). Numbers are written
-// without exponent when bounded. Returns "" when nothing fits.
+// GBNF expression for JSON numbers within the bounds, exact for decimal bounds (bounds with
+// more than 15 integer digits are dropped; `widened` is set when that widens the language).
+// Numbers are written without exponent when bounded. Returns "" when nothing fits.
 std::string number_range(std::optional<Bound> lo, std::optional<Bound> hi, gbnf::RuleSet& rules,
                          bool& widened);
 
