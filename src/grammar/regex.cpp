@@ -237,6 +237,12 @@ class Parser {
         }
         mx = -1;
       }
+      if (atom.kind == Node::Kind::Repeat && mx < 0 && atom.min <= 1 && atom.max != 0) {
+        // (X{m,n}){c,} with m <= 1 is X{m*c,}: stacked quantifiers collapse.
+        atom.min = atom.min * mn;
+        atom.max = -1;
+        continue;
+      }
       Node rep;
       rep.kind = Node::Kind::Repeat;
       rep.min = mn;
@@ -509,7 +515,10 @@ bool nullable(const Node& n) {
 }
 
 // The node's language without the empty string; nullopt when nothing is left.
-std::optional<Node> nonempty(const Node& n) {
+std::optional<Node> nonempty(const Node& n, size_t& budget) {
+  if (budget == 0)
+    throw RegexError("pattern too complex (nested repetitions of empty-matching groups)", 0);
+  --budget;
   if (!nullable(n)) return n;
   switch (n.kind) {
     case Node::Kind::Chars:
@@ -523,12 +532,12 @@ std::optional<Node> nonempty(const Node& n) {
       alt.kind = Node::Kind::Alt;
       if (n.kind == Node::Kind::Alt) {
         for (const Node& k : n.kids) {
-          if (auto ne = nonempty(k)) alt.kids.push_back(std::move(*ne));
+          if (auto ne = nonempty(k, budget)) alt.kids.push_back(std::move(*ne));
         }
       } else {
         // Every item is nullable: some item i is the first to match something.
         for (size_t i = 0; i < n.kids.size(); ++i) {
-          auto ne = nonempty(n.kids[i]);
+          auto ne = nonempty(n.kids[i], budget);
           if (!ne) continue;
           Node seq;
           seq.kind = Node::Kind::Seq;
@@ -543,7 +552,7 @@ std::optional<Node> nonempty(const Node& n) {
     }
     case Node::Kind::Repeat: {
       if (n.max == 0) return std::nullopt;
-      auto ne = nonempty(n.kids[0]);
+      auto ne = nonempty(n.kids[0], budget);
       if (!ne) return std::nullopt;
       Node rest;
       rest.kind = Node::Kind::Repeat;
@@ -606,7 +615,7 @@ class Emitter {
         if (n.max < 0 && nullable(n.kids[0])) {
           // X{m,} with X able to match "" is (X minus "")*: this keeps the grammar free of
           // left recursion (a repeated rule reaching itself without consuming input).
-          std::optional<Node> ne = nonempty(n.kids[0]);
+          std::optional<Node> ne = nonempty(n.kids[0], budget_);
           if (!ne) return "\"\"";
           Node star;
           star.kind = Node::Kind::Repeat;
@@ -647,6 +656,7 @@ class Emitter {
 
   gbnf::RuleSet& rules_;
   Encoding enc_;
+  size_t budget_ = 20000;  // nodes nonempty() may build, against exponential rewrites
 };
 
 bool contains_empty_class(const Node& n) {
