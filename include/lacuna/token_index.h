@@ -80,6 +80,13 @@ class TokenIndex {
   // The trie over all kText tokens (node 0 is the root, cp unused).
   const std::vector<TrieNode>& trie() const { return trie_; }
   const std::vector<TrieToken>& trie_tokens() const { return trie_tokens_; }
+  // For each trie node: the code points of its descendants (not its own), as an ASCII
+  // bitmap and a flag for any code point >= 128. Lets a walk accept a whole subtree at once.
+  struct SubtreeChars {
+    uint64_t ascii[2];
+    bool non_ascii;
+  };
+  const std::vector<SubtreeChars>& subtree_chars() const { return subtree_chars_; }
   // Indices of the root's children, sorted by code point.
   const std::vector<uint32_t>& root_children() const { return root_children_; }
   // kText/kInvalid tokens whose first byte is a UTF-8 continuation byte (0x80-0xBF): the
@@ -104,6 +111,7 @@ class TokenIndex {
   std::vector<TrieNode> trie_;
   std::vector<TrieToken> trie_tokens_;
   std::vector<uint32_t> root_children_;
+  std::vector<SubtreeChars> subtree_chars_;
   std::vector<Token> continuation_;
   double build_ms_ = 0;
 };

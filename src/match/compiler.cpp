@@ -351,6 +351,43 @@ class WalkStates {
     return firsts_[set];
   }
 
+  // Which code points keep `set` unchanged (no exit): an ASCII bitmap, and whether every
+  // code point >= 128 does (only decided when all members treat them alike).
+  struct Loop {
+    uint64_t ascii[2];
+    bool non_ascii;
+  };
+  const Loop& loop(uint32_t set) {
+    if (loops_.size() <= set) {
+      loops_.resize(sets_.size());
+      loop_done_.resize(sets_.size(), 0);
+    }
+    if (!loop_done_[set]) {
+      Loop l{{0, 0}, false};
+      for (uint32_t c = 0; c < 128; ++c) {
+        if (step(set, c) == (set << 1)) l.ascii[c >> 6] |= 1ull << (c & 63);
+      }
+      bool uniform = true;
+      const auto [off, len] = sets_[set];
+      for (uint32_t i = 0; i < len && uniform; ++i) {
+        const Elem& e = g_.elems[pool_.pos(data_[off + i])];
+        if (e.kind != detail::kChars) continue;
+        const CharSet& cs = g_.charsets[e.arg];
+        if (cs.any) continue;
+        bool none = true, all = false;
+        for (const auto& r : cs.ranges) {
+          if (r.hi >= 128) none = false;
+          if (r.lo <= 128 && r.hi == 0xFFFFFFFFu) all = true;
+        }
+        uniform = none || all;
+      }
+      l.non_ascii = uniform && step(set, 0x100) == (set << 1);
+      loops_[set] = l;
+      loop_done_[set] = 1;
+    }
+    return loops_[set];
+  }
+
   const uint32_t* members(uint32_t set, uint32_t* n) const {
     *n = sets_[set].second;
     return data_.data() + sets_[set].first;
@@ -391,6 +428,8 @@ class WalkStates {
   std::vector<uint32_t> scratch_;
   std::deque<CharSet> firsts_;  // a deque: frames keep pointers into it while it grows
   std::vector<uint8_t> first_done_;
+  std::vector<Loop> loops_;
+  std::vector<uint8_t> loop_done_;
 };
 
 struct Classifier {
@@ -439,6 +478,26 @@ struct Classifier {
     }
   }
 
+  // When every code point below node j keeps the parse state `set` as it is, each token
+  // below is accepted (if its partial tail fits) without walking the subtree.
+  bool bulk_accept(uint32_t j, uint32_t set) {
+    const auto& sc = tokens.subtree_chars()[j];
+    const auto& l = states.loop(set);
+    if ((sc.ascii[0] & ~l.ascii[0]) != 0 || (sc.ascii[1] & ~l.ascii[1]) != 0) return false;
+    if (sc.non_ascii && !l.non_ascii) return false;
+    const auto& trie = tokens.trie();
+    const auto& tt = tokens.trie_tokens();
+    const uint32_t end = trie[j].end;
+    const uint32_t tb = trie[j].tok_end;
+    const uint32_t te = end < trie.size() ? trie[end].tok_begin : static_cast<uint32_t>(tt.size());
+    for (uint32_t k = tb; k < te; ++k) {
+      const auto& t = tt[k];
+      if (!no_text.empty() && no_text[static_cast<size_t>(t.id)]) continue;
+      if (t.partial.n_remain == 0 || partial_ok(set, t.partial)) accepted.push_back(t.id);
+    }
+    return true;
+  }
+
   void walk_subtree(uint32_t first, uint32_t root_set, const CharSet& follow) {
     const auto& trie = tokens.trie();
     frames.clear();
@@ -461,6 +520,10 @@ struct Classifier {
         continue;
       }
       classify_node(node, set, exited, pending);
+      if (set != 0 && !exited && !pending && node.end > j + 1 && bulk_accept(j, set)) {
+        j = node.end;
+        continue;
+      }
       frames.push_back({node.end, set, exited, pending, set != 0 ? &states.first(set) : nullptr});
       ++j;
     }

@@ -81,7 +81,7 @@ size_t TokenIndex::memory_bytes() const {
          control_.capacity() + eog_.capacity() * 4 + cps_.capacity() * 4 + cp_off_.capacity() * 4 +
          partials_.capacity() * sizeof(PartialUtf8) + trie_.capacity() * sizeof(TrieNode) +
          trie_tokens_.capacity() * sizeof(TrieToken) + root_children_.capacity() * 4 +
-         continuation_.capacity() * 4;
+         subtree_chars_.capacity() * sizeof(SubtreeChars) + continuation_.capacity() * 4;
 }
 
 std::shared_ptr<const TokenIndex> TokenIndex::build(const llama_vocab* vocab) {
@@ -182,6 +182,7 @@ void TokenIndex::finish() {
   trie_.clear();
   trie_tokens_.clear();
   trie_.push_back({0, 0, 0, 0});
+  std::vector<uint32_t> parent{0};
   std::vector<uint32_t> path{0};  // node index at each depth
   std::vector<uint32_t> path_cp;  // code point at each depth >= 1
   for (Token t : order) {
@@ -198,6 +199,7 @@ void TokenIndex::finish() {
       uint32_t id = static_cast<uint32_t>(trie_.size());
       trie_.push_back({c0[k], 0, static_cast<uint32_t>(trie_tokens_.size()),
                        static_cast<uint32_t>(trie_tokens_.size())});
+      parent.push_back(path.back());
       path.push_back(id);
       path_cp.push_back(c0[k]);
     }
@@ -209,6 +211,20 @@ void TokenIndex::finish() {
   while (!path.empty()) {
     trie_[path.back()].end = static_cast<uint32_t>(trie_.size());
     path.pop_back();
+  }
+  subtree_chars_.assign(trie_.size(), SubtreeChars{{0, 0}, false});
+  for (size_t i = trie_.size(); i-- > 1;) {
+    SubtreeChars& p = subtree_chars_[parent[i]];
+    const SubtreeChars& c = subtree_chars_[i];
+    p.ascii[0] |= c.ascii[0];
+    p.ascii[1] |= c.ascii[1];
+    p.non_ascii = p.non_ascii || c.non_ascii;
+    const uint32_t cp = trie_[i].cp;
+    if (cp < 128) {
+      p.ascii[cp >> 6] |= 1ull << (cp & 63);
+    } else {
+      p.non_ascii = true;
+    }
   }
   root_children_.clear();
   for (uint32_t i = 1; i < trie_.size(); i = trie_[i].end) root_children_.push_back(i);
