@@ -180,12 +180,13 @@ std::string random_grammar(std::mt19937_64& rng) {
       "\"-\"",     "\"12\"",    "\"é日\""};
   const size_t n_rules = 2 + rng() % 3;
   auto rule_name = [](size_t i) {
-    std::string name = "root";
-    if (i > 0) {
-      name = "r";
-      name += std::to_string(i);
+    char buf[32];
+    if (i == 0) {
+      std::snprintf(buf, sizeof buf, "root");
+    } else {
+      std::snprintf(buf, sizeof buf, "r%zu", i);
     }
-    return name;
+    return std::string(buf);
   };
   std::string out;
   for (size_t i = 0; i < n_rules; ++i) {
