@@ -282,6 +282,10 @@ TEST(JsonSchemaRef, DefinitionsPointersAndRecursion) {
   expect_language(into_array, {"[\"a\",\"b\"]"}, {"[1]"});
   Lang root_ref(R"({"type":"array","items":{"anyOf":[{"type":"integer"},{"$ref":"#"}]}})");
   expect_language(root_ref, {"[1,[2,[]]]"}, {"[1,\"a\"]"});
+  Lang by_id(R"({"$id":"http://x.org/s.json#","definitions":{"a":{"type":"null"}},
+                 "type":"array","items":[{"$ref":"http://x.org/s.json#/definitions/a"},
+                                         {"$ref":"#/definitions/a"}]})");
+  expect_language(by_id, {"[null,null]"}, {"[1]", "[null,1]"});
   Lang escaped(R"({"definitions":{"a/b":{"type":"null"}},"$ref":"#/definitions/a~1b"})");
   expect_language(escaped, {"null"}, {"1"});
 }

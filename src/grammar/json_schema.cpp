@@ -346,8 +346,10 @@ class Converter {
   // Resolves a $ref to (schema, pointer). Throws for references it cannot follow.
   std::pair<const json*, std::string> resolve(const std::string& ref, const std::string& ptr) {
     std::string r = ref;
-    if (!base_id_.empty() && r.compare(0, base_id_.size(), base_id_) == 0) {
-      r = r.substr(base_id_.size());
+    // A reference that starts with the root's $id (without its fragment) is local.
+    std::string base = base_id_.substr(0, base_id_.find('#'));
+    if (!base.empty() && !r.empty() && r[0] != '#' && r.compare(0, base.size(), base) == 0) {
+      r = r.substr(base.size());
       if (r.empty()) r = "#";
     }
     auto anchor = anchors_.find(r);
