@@ -14,8 +14,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
+#include <utility>
 
 #include "lacuna/grammar.h"
 #include "lacuna/matcher.h"
@@ -39,6 +41,7 @@ std::string read_file(const std::filesystem::path& p) {
 }
 
 struct VocabFixture {
+  std::shared_ptr<llama_model> owner;  // frees the model when the cache goes at exit
   llama_model* model = nullptr;
   const llama_vocab* vocab = nullptr;
   std::shared_ptr<const TokenIndex> index;
@@ -57,10 +60,11 @@ VocabFixture& vocab_for(const std::string& name) {
   VocabFixture fx;
   fx.model = llama_model_load_from_file(path.c_str(), mp);
   if (fx.model != nullptr) {
+    fx.owner.reset(fx.model, llama_model_free);
     fx.vocab = llama_model_get_vocab(fx.model);
     fx.index = TokenIndex::build(fx.vocab);
   }
-  return cache.emplace(name, fx).first->second;
+  return cache.emplace(name, std::move(fx)).first->second;
 }
 
 // Documented difference (docs/grammar.md): llama.cpp allows end-of-generation tokens while
