@@ -6,6 +6,7 @@ ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+FUZZ_SECONDS ?= 20
 CMAKE_ARGS ?=
 DEMO_MODEL := $(BUILD)/models/demo-tiny-llama3.gguf
 DEMO_PROMPT ?= Write a JSON object describing a city:
@@ -13,7 +14,7 @@ DEMO_PROMPT ?= Write a JSON object describing a city:
 # by side, CI) spinning threads starve each other. Passive waiting costs little when idle.
 export OMP_WAIT_POLICY ?= passive
 
-.PHONY: all deps build demo test test-unit test-asan test-tsan fuzz format clean
+.PHONY: all deps build demo test test-unit test-asan test-tsan test-fuzz fuzz format clean
 
 all: build
 
@@ -33,9 +34,9 @@ demo: build
 	$(BUILD)/lacuna run -m $(DEMO_MODEL) -p "$(DEMO_PROMPT)" -n 48 --threads 2
 	$(BUILD)/lacuna run -m $(DEMO_MODEL) -p "Call the weather tool as JSON:" --schema examples/tool_call_schema.json --schema-whitespace compact -n 128 --threads 2 --json-stats
 
-# All tests: the Release suite, then the unit tests again under ASan+UBSan and the
-# threaded tests under TSan, each in its own build directory.
-test: test-unit test-asan test-tsan
+# All tests: the Release suite, then the unit tests again under ASan+UBSan, the threaded
+# tests under TSan, and a short run of every fuzz target, each in its own build directory.
+test: test-unit test-asan test-tsan test-fuzz
 
 test-unit: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
@@ -51,13 +52,16 @@ test-tsan: | deps
 	cmake --build $(TSAN_BUILD) --parallel $(JOBS) --target lacuna_cli $$(cd tests && ls test_*threads*.cpp 2>/dev/null | sed 's/\.cpp$$//')
 	TSAN_OPTIONS=halt_on_error=1 ctest --test-dir $(TSAN_BUILD) --output-on-failure -R 'threads|make_test_models'
 
+test-fuzz:
+	$(MAKE) fuzz FUZZ_SECONDS=10
+
 fuzz: | deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLACUNA_FUZZ=ON -DLACUNA_BUILD_TESTS=OFF $(CMAKE_ARGS)
 	cmake --build $(FUZZ_BUILD) --parallel $(JOBS)
 	@for f in $(FUZZ_BUILD)/fuzz/fuzz_*; do [ -x "$$f" ] || continue; n=$$(basename $$f); \
 	  mkdir -p $(FUZZ_BUILD)/corpus/$$n; seeds=""; [ -d fuzz/corpus/$$n ] && seeds=fuzz/corpus/$$n; \
-	  echo "== $$n ($${FUZZ_SECONDS:-20} s)"; \
-	  "$$f" -max_total_time=$${FUZZ_SECONDS:-20} -rss_limit_mb=2048 -print_final_stats=1 $(FUZZ_BUILD)/corpus/$$n $$seeds || exit 1; done
+	  echo "== $$n ($(FUZZ_SECONDS) s)"; \
+	  "$$f" -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 $(FUZZ_BUILD)/corpus/$$n $$seeds || exit 1; done
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cpp' '*.c')
