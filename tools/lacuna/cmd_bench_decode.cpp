@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_args.h"
 #include "command.h"
 #include "decode/constraint_factory.h"
 #include "lacuna/generator.h"
@@ -103,15 +104,7 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
       ->check(CLI::Range(1, 100));
   app.add_option("--modes", modes, "subset of modes to run")->delimiter(',');
   app.add_flag("--json", json_out, "print only the JSON report");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "lacuna bench decode: " << e.what() << "\n\n" << app.help();
-    return 2;
-  }
+  if (const int rc = lacuna::cli::parse_args(app, argc, argv); rc >= 0) return rc;
   for (const auto& m : modes) {
     if (std::find(std::begin(kModes), std::end(kModes), m) == std::end(kModes)) {
       std::cerr << "lacuna bench decode: unknown mode '" << m << "'\n";

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_args.h"
 #include "command.h"
 #include "decode/forced_string.h"
 #include "grammar/json_schema_parts.h"
@@ -84,15 +85,7 @@ LACUNA_COMMAND(cmd_bench_forced, "bench-forced",
   app.add_option("--limit", limit, "most files (default 200)");
   app.add_flag("!--flexible", compact, "serialize with \", \" and \": \" and allow whitespace");
   app.add_flag("--json", json_out, "print only the JSON report");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "lacuna bench forced: " << e.what() << "\n\n" << app.help();
-    return 2;
-  }
+  if (const int rc = lacuna::cli::parse_args(app, argc, argv); rc >= 0) return rc;
   if (!std::filesystem::is_directory(dir)) {
     std::cerr << "lacuna bench forced: " << dir << " is not a directory\n";
     return 2;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_args.h"
 #include "command.h"
 #include "lacuna/kv.h"
 #include "lacuna/model.h"
@@ -444,15 +445,7 @@ LACUNA_COMMAND(cmd_bench_kv, "bench-kv", "benchmark KV reuse against cold prefil
   app.add_option("--edit-ctx", edit_ctx, "(d) context tokens (default 2048)");
   app.add_option("--follow", follow, "(d) teacher-forced positions compared (default 8)")
       ->check(CLI::Range(0, 1024));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "lacuna bench kv: " << e.what() << "\n\n" << app.help();
-    return 2;
-  }
+  if (const int rc = lacuna::cli::parse_args(app, argc, argv); rc >= 0) return rc;
   if (only.empty()) only = "abcd";
   const auto fits = [&](size_t n) { return n + 64 < n_ctx; };
   if (!fits(preamble + static_cast<size_t>(turns) * (turn_tokens + answer)) ||

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli_args.h"
 #include "command.h"
 #include "grammar/json_schema_parts.h"
 #include "lacuna/grammar.h"
@@ -224,15 +225,7 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
   app.add_flag("--keep-order", cfg.keep_order,
                "serialize instances in the file's key order instead of the schema's");
   app.add_flag("--byte-level", cfg.byte_level, "walk bytes instead of tokens (no masks)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "lacuna bench schemas: " << e.what() << "\n\n" << app.help();
-    return 2;
-  }
+  if (const int rc = lacuna::cli::parse_args(app, argc, argv); rc >= 0) return rc;
   cfg.schema.strict = strict;
   if (compact) cfg.schema.whitespace = lacuna::SchemaOptions::Whitespace::Compact;
   if (vocab_path.empty())

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_args.h"
 #include "command.h"
 #include "lacuna/grammar.h"
 #include "lacuna/matcher.h"
@@ -220,15 +221,7 @@ LACUNA_COMMAND(cmd_bench_trie, "bench-trie",
   app.add_option("--threads", threads, "CPU threads for decoding (default 2)");
   app.add_flag("--json", json_out, "print one JSON object");
   app.add_flag("--no-grammar", no_grammar, "skip the grammar side");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "lacuna bench trie: " << e.what() << "\n\n" << app.help();
-    return 2;
-  }
+  if (const int rc = lacuna::cli::parse_args(app, argc, argv); rc >= 0) return rc;
 
   const bool with_model = !model_path.empty();
   lacuna::ModelParams mp;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_args.h"
 #include "command.h"
 #include "decode/constraint_factory.h"
 #include "lacuna/generator.h"
@@ -143,15 +144,7 @@ LACUNA_COMMAND(cmd_run, "run", "generate text from a prompt (streams to stdout)"
   app.add_option("--stop", stop_strings, "stop once the text contains this string (repeatable)");
   app.add_flag("--json-stats", json_stats,
                "print the generation's stats as one JSON line on stderr at the end");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "lacuna run: " << e.what() << "\n\n" << app.help();
-    return 2;
-  }
+  if (const int rc = lacuna::cli::parse_args(app, argc, argv); rc >= 0) return rc;
 
   const lacuna::Model model = lacuna::Model::load(model_path);
   lacuna::ContextParams cp;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_args.h"
 #include "command.h"
 #include "lacuna/grammar.h"
 #include "lacuna/json_schema.h"
@@ -54,15 +55,7 @@ LACUNA_COMMAND(cmd_schema, "schema",
   app.add_flag("--no-additional", closed,
                "objects without additionalProperties accept no extra properties");
   app.add_flag("-q,--quiet", quiet, "do not print the grammar");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "lacuna schema: " << e.what() << "\n\n" << app.help();
-    return 2;
-  }
+  if (const int rc = lacuna::cli::parse_args(app, argc, argv); rc >= 0) return rc;
   if (schema_path.empty() == regex.empty()) {
     std::cerr << "lacuna schema: give a schema file or --regex (one of them)\n\n" << app.help();
     return 2;
