@@ -96,32 +96,10 @@ std::set<Token> survivors(const llama_token_data_array& cur_p) {
   return out;
 }
 
-// A constraint that only speaks the bitmask interface (exercises the generic path).
-class BitmaskOnly : public Constraint {
- public:
-  explicit BitmaskOnly(std::unique_ptr<Constraint> inner) : inner_(std::move(inner)) {}
-  size_t n_vocab() const override { return inner_->n_vocab(); }
-  void fill_next_token_bitmask(uint32_t* w) override { inner_->fill_next_token_bitmask(w); }
-  bool accept_token(Token t) override { return inner_->accept_token(t); }
-  bool rollback(size_t n) override { return inner_->rollback(n); }
-  std::unique_ptr<Constraint> fork() const override {
-    return std::make_unique<BitmaskOnly>(inner_->fork());
-  }
-  void reset() override { inner_->reset(); }
-  bool is_completed() const override { return inner_->is_completed(); }
-  bool is_terminated() const override { return inner_->is_terminated(); }
-  size_t forced_tokens(std::vector<Token>& out, size_t max) const override {
-    return inner_->forced_tokens(out, max);
-  }
-
- private:
-  std::unique_ptr<Constraint> inner_;
-};
-
 TEST_F(ConstraintSamplerTest, ApplyMasksFullSortedTruncatedAndFilteredArrays) {
   for (bool sparse : {true, false}) {
     std::unique_ptr<Constraint> c = trie(kNames);
-    if (!sparse) c = std::make_unique<BitmaskOnly>(std::move(c));
+    if (!sparse) c = std::make_unique<trie_test::BitmaskOnly>(std::move(c));
     Constraint* raw = c.get();
     llama_sampler* smpl = make_constraint_sampler(std::move(c));
     // Walk "SEARCH_WEB" so the masks differ from step to step.

@@ -187,29 +187,9 @@ TEST(Lazy, RollbackAcrossActivationForkAndReset) {
   expect_inactive(c);
 }
 
-class BitmaskOnly : public Constraint {
- public:
-  explicit BitmaskOnly(std::unique_ptr<Constraint> inner) : inner_(std::move(inner)) {}
-  size_t n_vocab() const override { return inner_->n_vocab(); }
-  void fill_next_token_bitmask(uint32_t* w) override { inner_->fill_next_token_bitmask(w); }
-  bool accept_token(Token t) override { return inner_->accept_token(t); }
-  bool rollback(size_t n) override { return inner_->rollback(n); }
-  std::unique_ptr<Constraint> fork() const override {
-    return std::make_unique<BitmaskOnly>(inner_->fork());
-  }
-  void reset() override { inner_->reset(); }
-  bool is_completed() const override { return inner_->is_completed(); }
-  bool is_terminated() const override { return inner_->is_terminated(); }
-  size_t forced_tokens(std::vector<Token>& out, size_t max) const override {
-    return inner_->forced_tokens(out, max);
-  }
-
- private:
-  std::unique_ptr<Constraint> inner_;
-};
-
 TEST(Lazy, InnerWithoutByteInputRefusesTextAfterTheTrigger) {
-  LazyConstraint c(std::make_unique<BitmaskOnly>(make_trie()), {{"</think>"}, {}, {}}, piece);
+  LazyConstraint c(std::make_unique<trie_test::BitmaskOnly>(make_trie()), {{"</think>"}, {}, {}},
+                   piece);
   for (Token t : {2, 3}) ASSERT_TRUE(c.accept_token(t));
   EXPECT_FALSE(c.accept_token(7));
   EXPECT_NE(c.last_error().find("cannot take the 2 bytes after the trigger"), std::string::npos);
