@@ -140,6 +140,7 @@ class Generator {
   };
   bool stopped() const { return stop_ != StopReason::none; }
   void finish(StopReason reason);
+  void finish_nothing_allowed();
   void decode_pending(std::span<const Token> drafts);
   void decode_chunk(size_t begin, size_t end, std::span<const Token> all, bool want_last,
                     size_t first_draft);

@@ -304,6 +304,13 @@ Token Generator::sample_temp(const float* logits, bool masked, Token draft, bool
   return t;
 }
 
+// The constraint allows no token: it has ended (completed) or cannot go on (dead end).
+void Generator::finish_nothing_allowed() {
+  finish(constraint_->is_terminated() || constraint_->is_completed()
+             ? StopReason::constraint_completed
+             : StopReason::constraint_dead_end);
+}
+
 Token Generator::sample(const float* logits, Token draft, bool& accepted) {
   accepted = false;
   bool masked = false;
@@ -312,9 +319,7 @@ Token Generator::sample(const float* logits, Token draft, bool& accepted) {
     size_t n_non_eog = 0;
     ensure_mask(n_allowed, n_non_eog);
     if (n_allowed == 0) {
-      finish(constraint_->is_terminated() || constraint_->is_completed()
-                 ? StopReason::constraint_completed
-                 : StopReason::constraint_dead_end);
+      finish_nothing_allowed();
       return LLAMA_TOKEN_NULL;
     }
     if (n_non_eog == 0) {
@@ -469,9 +474,7 @@ Step Generator::next() {
       size_t n_non_eog = 0;
       ensure_mask(n_allowed, n_non_eog);
       if (n_allowed == 0) {
-        finish(constraint_->is_terminated() || constraint_->is_completed()
-                   ? StopReason::constraint_completed
-                   : StopReason::constraint_dead_end);
+        finish_nothing_allowed();
         break;
       }
       if (n_non_eog == 0) {
