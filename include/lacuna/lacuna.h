@@ -34,7 +34,9 @@ typedef enum lacuna_status {
   LACUNA_ERR_LIMIT = 5,            /* a configured limit (size, depth, count) was exceeded */
   LACUNA_ERR_NOT_FOUND = 6,        /* no such item (e.g. descriptor path) */
   LACUNA_ERR_STATE = 7,            /* the object is not in a state that allows the call */
-  LACUNA_ERR_INTERNAL = 8          /* out of memory or an unexpected failure */
+  LACUNA_ERR_INTERNAL = 8,         /* out of memory or an unexpected failure */
+  LACUNA_ERR_IO = 9,               /* a file cannot be read or written */
+  LACUNA_ERR_BUSY = 10             /* the handle is in use by another thread */
 } lacuna_status;
 
 /* LACUNA_ABI_VERSION of the library actually linked. */
@@ -156,6 +158,206 @@ lacuna_status lacuna_sampler_forced_tokens(struct llama_sampler* smpl, llama_tok
  * candidate. *refused: number of refused accepts. Returns the last message ("" if none) or
  * NULL when `smpl` holds no lacuna sampler. */
 const char* lacuna_sampler_error(struct llama_sampler* smpl, uint64_t* refused);
+
+/* ---- models, contexts and generation streams ---------------------------------------------
+ * The handles and who may use them (docs/c_api.md has the full contract):
+ *   lacuna_model    a loaded GGUF model. Immutable once loaded: any number of threads may use
+ *                   it at once (create contexts, tokenize). Contexts and streams keep the
+ *                   weights alive, so lacuna_model_free may come before theirs.
+ *   lacuna_context  one llama.cpp context (KV cache, threads) over a model. One thread at a
+ *                   time. At most one open stream per context. Streams keep it alive, so
+ *                   lacuna_context_free may come before lacuna_stream_close.
+ *   lacuna_stream   one generation sequence in a context: prefill, then pull tokens with
+ *                   lacuna_stream_next until done. One thread at a time, except
+ *                   lacuna_stream_cancel, which any thread may call at any time while the
+ *                   stream is open. A call that finds the stream in use by another thread
+ *                   fails with LACUNA_ERR_BUSY instead of racing.
+ * Every *_free / _close accepts NULL. */
+typedef struct lacuna_model lacuna_model;
+typedef struct lacuna_context lacuna_context;
+typedef struct lacuna_stream lacuna_stream;
+
+typedef struct lacuna_model_params {
+  int32_t n_gpu_layers; /* layers to offload when a GPU backend exists; default -1 (all) */
+  int32_t use_mmap;     /* default 1 */
+  int32_t vocab_only;   /* default 0; 1 loads only the tokenizer (no context can be created) */
+} lacuna_model_params;
+
+lacuna_model_params lacuna_model_default_params(void);
+
+/* Loads a GGUF model (params NULL = defaults). Errors: NULL path or out ->
+ * INVALID_ARGUMENT; missing file -> NOT_FOUND; unreadable -> IO; empty, not GGUF,
+ * truncated or malformed -> PARSE; unknown architecture or vocabulary only -> SCHEMA. */
+lacuna_status lacuna_model_load(const char* path, const lacuna_model_params* params,
+                                lacuna_model** out);
+void lacuna_model_free(lacuna_model* model);
+
+/* The model's llama.cpp vocabulary (for lacuna_sampler_init_token_trie and friends); lives as
+ * long as the model handle. NULL for a NULL model. */
+const struct llama_vocab* lacuna_model_vocab(const lacuna_model* model);
+/* Tokens in the vocabulary (0 for NULL). */
+int32_t lacuna_model_n_vocab(const lacuna_model* model);
+
+/* Text to tokens with the model's tokenizer. add_special: add BOS/EOS as the vocabulary asks;
+ * parse_special: text such as "<|eot_id|>" becomes the special token. Writes up to
+ * `capacity` tokens and the number of tokens the text needs to *n_tokens; when that is more
+ * than capacity, nothing is written and the status is LACUNA_ERR_LIMIT (call again with a
+ * larger buffer; tokens may be NULL when capacity is 0). */
+lacuna_status lacuna_tokenize(const lacuna_model* model, const char* text, size_t len,
+                              int32_t add_special, int32_t parse_special, llama_token* tokens,
+                              size_t capacity, size_t* n_tokens);
+
+/* The bytes of `token` (special tokens rendered as their text when `special`). Writes up to
+ * `capacity` bytes plus a NUL and the byte count to *len; LACUNA_ERR_LIMIT when the buffer is
+ * too small (then *len is the size needed, without the NUL). */
+lacuna_status lacuna_token_to_piece(const lacuna_model* model, llama_token token, int32_t special,
+                                    char* buf, size_t capacity, size_t* len);
+
+typedef struct lacuna_context_params {
+  uint32_t n_ctx;    /* KV cache size in tokens; default 4096; 0 = the model's training size */
+  uint32_t n_batch;  /* most tokens per forward pass; default 512 */
+  int32_t n_threads; /* default 0 = all hardware threads */
+} lacuna_context_params;
+
+lacuna_context_params lacuna_context_default_params(void);
+
+/* A context over `model` (params NULL = defaults). */
+lacuna_status lacuna_context_create(lacuna_model* model, const lacuna_context_params* params,
+                                    lacuna_context** out);
+void lacuna_context_free(lacuna_context* ctx);
+
+/* Why a generation ended (lacuna_step.stop_reason, lacuna_stats.stop_reason). */
+typedef enum lacuna_stop_reason {
+  LACUNA_STOP_NONE = 0,                 /* still running */
+  LACUNA_STOP_EOG = 1,                  /* the model produced an end-of-generation token */
+  LACUNA_STOP_CONSTRAINT_COMPLETED = 2, /* the grammar/schema/trie is complete */
+  LACUNA_STOP_CONSTRAINT_DEAD_END = 3,  /* the constraint allows no token at all */
+  LACUNA_STOP_MAX_TOKENS = 4,           /* max_tokens reached */
+  LACUNA_STOP_STOP_STRING = 5,          /* the text contains a stop string */
+  LACUNA_STOP_CONTEXT_FULL = 6,         /* no room left in the context */
+  LACUNA_STOP_CANCELLED = 7             /* lacuna_stream_cancel */
+} lacuna_stop_reason;
+
+/* A short constant name, e.g. "max_tokens". */
+const char* lacuna_stop_reason_name(int32_t reason);
+
+typedef struct lacuna_stream_params {
+  int32_t max_tokens; /* tokens per generation; default 256; 0 = until another stop */
+  float temperature;  /* default 0 = greedy (argmax, first index on ties) */
+  float top_p;        /* default 0.95; >= 1 off (temperature > 0 only) */
+  int32_t top_k;      /* default 40; <= 0 off */
+  float min_p;        /* default 0.05; <= 0 off */
+  uint32_t seed;      /* default 0 */
+  int32_t n_threads;  /* default 0 = keep the context's */
+  /* At most one constraint (all NULL: free generation). Strings are copied. */
+  const char* grammar;     /* GBNF text (llama.cpp's dialect), root rule "root", NUL-ended */
+  const char* json_schema; /* JSON Schema text, NUL-ended */
+  int32_t schema_compact;  /* 1: no whitespace in the JSON; default 0 (flexible) */
+  const char* token_trie;  /* token-trie JSON payload (see lacuna_sampler_init_token_trie) */
+  size_t token_trie_len;   /* its length in bytes */
+  int32_t token_trie_mode; /* LACUNA_TRIE_MODE_ARGMAX (default) or _SAMPLE */
+  const char* const* stop_strings; /* generation stops once the text contains one */
+  size_t n_stop_strings;
+} lacuna_stream_params;
+
+lacuna_stream_params lacuna_stream_default_params(void);
+
+/* Opens a stream on `ctx` (params NULL = defaults): empties the context's sequence and
+ * compiles the constraint. Errors: a second open stream on the context -> STATE; a bad
+ * grammar -> PARSE (with line and column), a bad schema -> SCHEMA, bad trie payloads as in
+ * lacuna_sampler_init_token_trie; several constraints at once -> INVALID_ARGUMENT. */
+lacuna_status lacuna_stream_open(lacuna_context* ctx, const lacuna_stream_params* params,
+                                 lacuna_stream** out);
+/* Closes the stream (waits for nothing: do not call it while another thread is inside a
+ * call on the stream). NULL is a no-op. */
+void lacuna_stream_close(lacuna_stream* stream);
+
+/* Starts a generation: appends the tokens to the sequence and runs the model over them
+ * (together with the previous generation's last token when it is not yet in the KV cache).
+ * The constraint restarts from its initial state; stats, output and cancel are cleared.
+ * Successive prefills continue one conversation; lacuna_stream_reset starts over. */
+lacuna_status lacuna_stream_prefill(lacuna_stream* stream, const llama_token* tokens,
+                                    size_t n_tokens);
+/* Same from text, tokenized with the model (add_special: BOS when the vocabulary asks and the
+ * sequence is empty; special-token text is parsed when parse_special). */
+lacuna_status lacuna_stream_prefill_text(lacuna_stream* stream, const char* text, size_t len,
+                                         int32_t add_special, int32_t parse_special);
+
+/* What one lacuna_stream_next produced. The pointers belong to the stream and stay valid
+ * until the next call on the stream (any lacuna_stream_* except cancel) or its close. */
+typedef struct lacuna_step {
+  const llama_token* tokens; /* emitted this step (several when forced tokens were skipped) */
+  size_t n_tokens;
+  const char* text; /* their bytes, NUL-ended (may end inside a UTF-8 character) */
+  size_t text_len;
+  int32_t done;        /* 1: the generation ended (this step may still carry tokens) */
+  int32_t stop_reason; /* lacuna_stop_reason once done */
+} lacuna_step;
+
+/* Produces the next token(s) of the generation (pull-based: call until step->done). After
+ * done it keeps returning done with no tokens. Needs a prefill first (else STATE). */
+lacuna_status lacuna_stream_next(lacuna_stream* stream, lacuna_step* step);
+
+/* Asks the stream to stop: the next lacuna_stream_next (or the one running now, after its
+ * current step) reports done with LACUNA_STOP_CANCELLED. Any thread, any time, lock-free (an
+ * atomic flag); cleared by the next prefill or reset. */
+lacuna_status lacuna_stream_cancel(lacuna_stream* stream);
+
+/* Empties the sequence (KV cache and tokens) and the output; the constraint is kept. */
+lacuna_status lacuna_stream_reset(lacuna_stream* stream);
+
+/* The whole text (and tokens) of the current generation so far; same lifetime rule as the
+ * step buffers. */
+lacuna_status lacuna_stream_text(lacuna_stream* stream, const char** text, size_t* len);
+lacuna_status lacuna_stream_tokens(lacuna_stream* stream, const llama_token** tokens,
+                                   size_t* n_tokens);
+
+/* Constraints, applied from the next prefill on. On failure the stream keeps its previous
+ * constraint and stays usable. Setting one replaces any other kind. */
+lacuna_status lacuna_stream_set_token_trie(lacuna_stream* stream, const char* json, size_t len,
+                                           int32_t mode);
+/* Same with every trie option (params NULL = defaults; params->mode is used). */
+lacuna_status lacuna_stream_set_token_trie_ext(lacuna_stream* stream, const char* json, size_t len,
+                                               const lacuna_token_trie_params* params);
+lacuna_status lacuna_stream_clear_token_trie(lacuna_stream* stream); /* STATE if no trie */
+lacuna_status lacuna_stream_set_grammar(lacuna_stream* stream, const char* gbnf, size_t len);
+lacuna_status lacuna_stream_set_json_schema(lacuna_stream* stream, const char* schema, size_t len,
+                                            int32_t compact);
+/* Removes a grammar or JSON schema constraint; STATE if there is none. */
+lacuna_status lacuna_stream_clear_grammar(lacuna_stream* stream);
+
+/* The name of the trie leaf the generation chose (*name NULL while none; STATE when the stream
+ * has no trie). Same lifetime rule as the step buffers. */
+lacuna_status lacuna_stream_chosen_leaf(lacuna_stream* stream, const char** name);
+
+/* Writes the sequence (its tokens and KV cache) to a file, verified on reading by checksums
+ * and a fingerprint of the model file (the first save or restore of a model reads the model
+ * file once to compute it). Needs at least one token in the sequence. */
+lacuna_status lacuna_stream_save_slot(lacuna_stream* stream, const char* path);
+/* Replaces the sequence with a saved one and makes the stream ready for lacuna_stream_next,
+ * as after a prefill (the constraint restarts). A missing file -> NOT_FOUND; a corrupt one or
+ * one written for another model -> PARSE / MODEL_MISMATCH; the stream then is unchanged. */
+lacuna_status lacuna_stream_restore_slot(lacuna_stream* stream, const char* path);
+
+/* Stats of the current (or last) generation: GenerationStats in docs/generator.md. */
+typedef struct lacuna_stats {
+  uint64_t prompt_tokens;
+  uint64_t tokens_emitted; /* == the tokens all lacuna_step results of this generation hold */
+  uint64_t forward_passes;
+  uint64_t tokens_skipped;
+  uint64_t tokens_batch_filled;
+  uint64_t draft_proposed;
+  uint64_t draft_accepted;
+  uint64_t jump_tokens;
+  double prefill_ms;
+  double decode_ms;
+  double mask_ms;
+  double sample_ms;
+  double total_ms;
+  int32_t stop_reason; /* lacuna_stop_reason */
+} lacuna_stats;
+
+lacuna_status lacuna_stream_stats(lacuna_stream* stream, lacuna_stats* stats);
 
 #ifdef __cplusplus
 }

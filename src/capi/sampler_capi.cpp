@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "capi/capi_common.h"
 #include "lacuna/lacuna.h"
 #include "lacuna/sampler.h"
 #include "lacuna/token_trie.h"
@@ -15,92 +16,13 @@ struct lacuna_constraint {
 
 namespace {
 
-thread_local std::string g_last_error;
-
-lacuna_status fail(lacuna_status status, const std::string& message) {
-  g_last_error = message;
-  return status;
-}
-
-lacuna_status status_of(lacuna::TrieErrc code) {
-  using lacuna::TrieErrc;
-  switch (code) {
-    case TrieErrc::kSyntax:
-      return LACUNA_ERR_PARSE;
-    case TrieErrc::kSchema:
-    case TrieErrc::kEmptyLeafSet:
-    case TrieErrc::kTokenRange:
-    case TrieErrc::kDuplicate:
-      return LACUNA_ERR_SCHEMA;
-    case TrieErrc::kTooLarge:
-    case TrieErrc::kTooDeep:
-    case TrieErrc::kLimit:
-      return LACUNA_ERR_LIMIT;
-    case TrieErrc::kModelMismatch:
-      return LACUNA_ERR_MODEL_MISMATCH;
-    case TrieErrc::kUnknownPath:
-      return LACUNA_ERR_NOT_FOUND;
-  }
-  return LACUNA_ERR_INTERNAL;
-}
-
-// Runs `fn`, turning exceptions into a status and a thread-local message.
-template <typename Fn>
-lacuna_status guarded(const char* what, Fn&& fn) {
-  try {
-    return fn();
-  } catch (const lacuna::TrieError& e) {
-    return fail(status_of(e.code()), std::string(what) + ": " + e.what());
-  } catch (const std::invalid_argument& e) {
-    return fail(LACUNA_ERR_INVALID_ARGUMENT, std::string(what) + ": " + e.what());
-  } catch (const std::bad_alloc&) {
-    return fail(LACUNA_ERR_INTERNAL, std::string(what) + ": out of memory");
-  } catch (const std::exception& e) {
-    return fail(LACUNA_ERR_INTERNAL, std::string(what) + ": " + e.what());
-  }
-}
+using lacuna::capi::guarded;
+using lacuna::capi::make_trie;
 
 lacuna::TokenTrieConstraint* trie_behind(llama_sampler* smpl) {
   lacuna::Constraint* c = lacuna::sampler_constraint(smpl);
   if (auto* lazy = dynamic_cast<lacuna::LazyConstraint*>(c)) c = &lazy->inner();
   return dynamic_cast<lacuna::TokenTrieConstraint*>(c);
-}
-
-std::unique_ptr<lacuna::TokenTrieConstraint> make_trie(const llama_vocab* vocab, const char* json,
-                                                       size_t len,
-                                                       const lacuna_token_trie_params& p) {
-  if (vocab == nullptr) throw std::invalid_argument("vocab is NULL");
-  if (json == nullptr && len != 0) throw std::invalid_argument("json is NULL");
-  if (p.max_span_tokens < 0) throw std::invalid_argument("max_span_tokens is negative");
-  if (p.end_tokens == nullptr && p.n_end_tokens != 0) {
-    throw std::invalid_argument("end_tokens is NULL but n_end_tokens is not 0");
-  }
-  const int32_t n_vocab = llama_vocab_n_tokens(vocab);
-  if (n_vocab <= 0) throw std::invalid_argument("vocab has no tokens");
-  lacuna::TriePayloadLimits limits;
-  limits.max_payload_bytes = p.max_payload_bytes;
-  const std::string_view text(json == nullptr ? "" : json, len);
-  std::shared_ptr<const lacuna::TrieSet> set =
-      p.use_cache != 0 ? lacuna::TrieCache::global().get(text, static_cast<size_t>(n_vocab), limits)
-                       : lacuna::build_trie_set(text, static_cast<size_t>(n_vocab), limits);
-  if (p.expected_model_id != nullptr && set->model_id != p.expected_model_id) {
-    throw lacuna::TrieError(lacuna::TrieErrc::kModelMismatch,
-                            "/modelId: payload is for model \"" + set->model_id +
-                                "\", expected \"" + p.expected_model_id + "\"");
-  }
-  lacuna::TrieOptions options;
-  if (p.n_end_tokens > 0) {
-    options.end_tokens.assign(p.end_tokens, p.end_tokens + p.n_end_tokens);
-  } else if (p.use_default_end_tokens != 0) {
-    for (llama_token t : {llama_vocab_eos(vocab), llama_vocab_eot(vocab)}) {
-      if (t != LLAMA_TOKEN_NULL) options.end_tokens.push_back(t);
-    }
-  }
-  options.max_span_tokens = static_cast<size_t>(p.max_span_tokens);
-  options.piece = lacuna::vocab_piece_fn(vocab);
-  return std::make_unique<lacuna::TokenTrieConstraint>(
-      std::move(set), std::move(options),
-      p.descriptor_path == nullptr ? std::string_view() : std::string_view(p.descriptor_path));
 }
 
 lacuna::ConstraintSamplerParams sampler_params(const lacuna_sampler_params& p) {
@@ -132,10 +54,6 @@ uint32_t lacuna_abi_version(void) {
   return LACUNA_ABI_VERSION;
 }
 
-const char* lacuna_last_error(void) {
-  return g_last_error.c_str();
-}
-
 const char* lacuna_status_name(lacuna_status status) {
   switch (status) {
     case LACUNA_OK:
@@ -156,6 +74,10 @@ const char* lacuna_status_name(lacuna_status status) {
       return "LACUNA_ERR_STATE";
     case LACUNA_ERR_INTERNAL:
       return "LACUNA_ERR_INTERNAL";
+    case LACUNA_ERR_IO:
+      return "LACUNA_ERR_IO";
+    case LACUNA_ERR_BUSY:
+      return "LACUNA_ERR_BUSY";
   }
   return "LACUNA_ERR_UNKNOWN";
 }
