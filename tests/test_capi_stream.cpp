@@ -1,19 +1,17 @@
 // test_capi_stream.cpp — the C ABI's models, contexts and generation streams (lacuna.h),
 // driven from C++: lifecycle, output equal to lacuna::Generator's, token trie, JSON schema,
-// grammar swaps, cancel from another thread, slot save/restore, stats, and bad input.
+// grammar swaps, slot save/restore, stats, and bad input (threads: test_capi_threads.cpp).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "lacuna/generator.h"
@@ -284,42 +282,6 @@ TEST_F(CapiStreamTest, GrammarSetAndClearBetweenGenerations) {
   expect_error(lacuna_stream_clear_grammar(stream_), LACUNA_ERR_STATE);
   ASSERT_EQ(lacuna_stream_reset(stream_), LACUNA_OK);
   EXPECT_EQ(generate(kPrompt).tokens, free_run.tokens);
-}
-
-TEST_F(CapiStreamTest, CancelFromAnotherThreadStopsTheStream) {
-  open(params(0));  // no token budget: only cancel (or a full context) stops it
-  const std::string prompt = kPrompt;
-  ASSERT_EQ(lacuna_stream_prefill_text(stream_, prompt.data(), prompt.size(), 1, 0), LACUNA_OK);
-  std::atomic<size_t> produced{0};
-  std::thread canceller([&] {
-    while (produced.load() < 5) std::this_thread::yield();
-    EXPECT_EQ(lacuna_stream_cancel(stream_), LACUNA_OK);
-  });
-  lacuna_step step;
-  size_t n = 0;
-  int32_t stop = LACUNA_STOP_NONE;
-  for (int i = 0; i < 2000; ++i) {
-    ASSERT_EQ(lacuna_stream_next(stream_, &step), LACUNA_OK) << lacuna_last_error();
-    n += step.n_tokens;
-    produced.store(n);
-    if (step.done) {
-      stop = step.stop_reason;
-      break;
-    }
-  }
-  canceller.join();
-  EXPECT_EQ(stop, LACUNA_STOP_CANCELLED);
-  EXPECT_GE(n, 5u);
-  EXPECT_LT(n, 400u);
-  lacuna_stats st;
-  ASSERT_EQ(lacuna_stream_stats(stream_, &st), LACUNA_OK);
-  EXPECT_EQ(st.stop_reason, LACUNA_STOP_CANCELLED);
-  EXPECT_EQ(st.tokens_emitted, n);
-  // The next prefill clears the cancel.
-  lacuna_stream_close(stream_);
-  stream_ = nullptr;
-  open(params(8));
-  EXPECT_EQ(generate(kPrompt).tokens.size(), 8u);
 }
 
 TEST_F(CapiStreamTest, SaveAndRestoreSlotGiveTheSameNextTokens) {
