@@ -547,6 +547,7 @@ lacuna_status lacuna_stream_open(lacuna_context* ctx, const lacuna_stream_params
       ctx->state->has_stream.store(false);
       throw;
     }
+    s->history.reserve(llama_n_ctx(raw(s.get())));  // no growth while tokens come
     s->step_tokens.reserve(128);
     s->step_text.reserve(1024);
     *out = s.release();
