@@ -83,15 +83,40 @@ std::string spec_to_gbnf(const ConstraintSpec& spec) {
 
 namespace {
 
+// What tells two vocabularies apart when one was freed and the other was loaded at the same
+// address: the size and the pieces of a spread of tokens.
+std::string vocab_fingerprint(const llama_vocab* vocab) {
+  const int32_t n = llama_vocab_n_tokens(vocab);
+  std::string f =
+      std::to_string(n) + ":" + std::to_string(static_cast<int>(llama_vocab_type(vocab)));
+  char buf[256];
+  for (int32_t i = 0; i < 64 && n > 0; ++i) {
+    const Token t = static_cast<Token>((static_cast<int64_t>(n - 1) * i) / 63);
+    const int32_t len = llama_token_to_piece(vocab, t, buf, sizeof(buf), 0, true);
+    f += '|';
+    if (len > 0) f.append(buf, static_cast<size_t>(len));
+  }
+  return f;
+}
+
 // Token indexes are immutable and costly to build (one pass over the vocabulary): one per
-// vocabulary for the life of the process.
+// vocabulary for the life of the process. Keyed by address and checked by fingerprint, so a
+// vocabulary freed and replaced by another at the same address gets its own index.
 std::shared_ptr<const TokenIndex> token_index_for(const llama_vocab* vocab) {
+  struct Entry {
+    std::string fingerprint;
+    std::shared_ptr<const TokenIndex> index;
+  };
   static std::mutex mu;
-  static std::map<const llama_vocab*, std::shared_ptr<const TokenIndex>> cache;
+  static std::map<const llama_vocab*, Entry> cache;
+  std::string fp = vocab_fingerprint(vocab);
   std::lock_guard<std::mutex> lock(mu);
-  auto& slot = cache[vocab];
-  if (!slot) slot = TokenIndex::build(vocab);
-  return slot;
+  Entry& slot = cache[vocab];
+  if (!slot.index || slot.fingerprint != fp) {
+    slot.index = TokenIndex::build(vocab);
+    slot.fingerprint = std::move(fp);
+  }
+  return slot.index;
 }
 
 }  // namespace
