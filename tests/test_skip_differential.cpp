@@ -40,12 +40,16 @@ struct Mode {
   const char* name;
   bool skip;
   bool verify;
+  // Verification is tested with drafts at every forced string (`always`); the adaptive
+  // policy (the default) drafts only where the cost model expects a gain.
+  DraftPolicy policy = DraftPolicy::always;
 };
 const Mode kModes[] = {
     {"plain", false, false},
     {"skip", true, false},
     {"verify", false, true},
     {"skip+verify", true, true},
+    {"skip+verify/adaptive", true, true, DraftPolicy::adaptive},
 };
 
 struct RunResult {
@@ -65,6 +69,7 @@ RunResult run_lacuna(llama_context* ctx, const std::shared_ptr<testing::PieceTab
   cfg.decode.skip_forced = m.skip;
   cfg.decode.verify_strings = m.verify;
   cfg.decode.jump_forward = false;
+  cfg.decode.draft_policy = m.policy;
   Generator gen(ctx, cfg, std::make_unique<testing::StringSetConstraint>(table, set));
   gen.prefill(prompt);
   gen.generate();
@@ -123,7 +128,7 @@ TEST_P(SkipDifferential, GreedyTokensIdenticalAcrossPaths) {
           // token, and one more pass shows that only end-of-generation may follow).
           EXPECT_EQ(r.stats.forward_passes, r.tokens.size());
         }
-        if (m.skip && m.verify) {
+        if (m.skip && m.verify && m.policy == DraftPolicy::always) {
           fast_passes += r.stats.forward_passes;
           skipped += r.stats.tokens_skipped;
           accepted += r.stats.draft_accepted;

@@ -119,15 +119,19 @@ TEST_P(GrammarDifferential, GreedyTokensIdenticalAcrossPaths) {
       struct Mode {
         const char* name;
         bool skip, verify;
+        DraftPolicy policy;
       };
-      for (const Mode m : {Mode{"plain", false, false}, Mode{"skip", true, false},
-                           Mode{"skip+verify", true, true}}) {
+      for (const Mode m : {Mode{"plain", false, false, DraftPolicy::always},
+                           Mode{"skip", true, false, DraftPolicy::always},
+                           Mode{"skip+verify", true, true, DraftPolicy::always},
+                           Mode{"skip+verify/adaptive", true, true, DraftPolicy::adaptive}}) {
         SCOPED_TRACE(m.name);
         llama_memory_clear(llama_get_memory(ctx.get()), true);
         GeneratorConfig cfg;
         cfg.max_tokens = 64;
         cfg.decode.skip_forced = m.skip;
         cfg.decode.verify_strings = m.verify;
+        cfg.decode.draft_policy = m.policy;
         Generator gen(ctx.get(), cfg, decode::make_grammar_constraint(vocab, c.gbnf));
         gen.prefill(prompt);
         gen.generate();
@@ -138,7 +142,7 @@ TEST_P(GrammarDifferential, GreedyTokensIdenticalAcrossPaths) {
         } else {
           EXPECT_EQ(gen.stats().stop, StopReason::max_tokens);
         }
-        if (m.skip && m.verify) {
+        if (m.skip && m.verify && m.policy == DraftPolicy::always) {
           fast_passes += gen.stats().forward_passes;
           if (gen.stats().stop != StopReason::max_tokens) {
             ++completed;

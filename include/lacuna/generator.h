@@ -21,6 +21,43 @@
 
 namespace lacuna {
 
+// The cost model for verified forced strings: what one llama_decode of n tokens, each with
+// logits, costs relative to a batch of one token (docs/generator.md, "Draft lengths").
+struct DecodeCost {
+  // relative[n-1]: cost of a batch of n tokens over a batch of 1 (relative[0] = 1).
+  std::vector<double> relative;
+
+  // A default for CPU decoding (measured on bench-0.5b, 2 threads).
+  static DecodeCost cpu_default();
+  // From measured times ms[i] of batches of sizes[i] tokens (sizes increasing, starting at
+  // 1), interpolated linearly in between. Throws std::invalid_argument for bad input.
+  static DecodeCost from_ms(std::span<const size_t> sizes, std::span<const double> ms);
+  // Relative cost of n tokens (past the table: its last slope continued; 0 for n = 0).
+  double of(size_t n) const;
+  // The draft length k in [0, n_available] with the largest expected saving for a pass
+  // that decodes n_pending tokens anyway, when each draft token is kept with probability
+  // accept_rate (given the ones before it were): the k drafts yield a + a^2 + ... + a^k
+  // tokens that would otherwise cost a one-token pass each, and cost of(n_pending + k) -
+  // of(n_pending). 0 unless drafting is expected to gain.
+  size_t best_draft(size_t n_pending, size_t n_available, double accept_rate) const;
+};
+
+// Measures llama_decode of each batch size in `sizes` (starting at 1, at most n_batch; every
+// token with logits, or only the last one when all_logits is false) on sequence `seq`, after
+// what the sequence holds, `reps` times each (median; the sizes take turns), and removes what
+// it decoded. ms_out (optional) receives the median times.
+// Throws std::invalid_argument for bad arguments, std::runtime_error when decoding fails.
+DecodeCost measure_decode_cost(llama_context* ctx, llama_seq_id seq, std::span<const size_t> sizes,
+                               int reps, std::vector<double>* ms_out = nullptr,
+                               bool all_logits = true);
+
+// How verified forced strings pick their draft length.
+enum class DraftPolicy {
+  adaptive,  // the cost model and the running acceptance rate; no draft when it would lose
+  always,    // as long as allowed (max_draft, shortened after a rejection, doubled after a
+             // fully kept draft), whatever it costs
+};
+
 // Which of the ways to do less work are on. The defaults are the exact ones (tier 1);
 // decode_options_from_env() lets LACUNA_SKIP / LACUNA_VERIFY / LACUNA_JUMP override them.
 struct DecodeOptions {
@@ -29,10 +66,18 @@ struct DecodeOptions {
   bool jump_forward = false;   // tier 2: forced strings are committed unverified
   size_t max_draft = 16;       // most draft tokens per verified batch
   size_t max_forced = 64;      // most forced tokens taken per step
+  DraftPolicy draft_policy = DraftPolicy::adaptive;
+  DecodeCost cost = DecodeCost::cpu_default();  // used by DraftPolicy::adaptive
+  // The acceptance rate assumed before any draft was verified in a generation, and its
+  // weight in pseudo-observations (a Beta prior); the running rate replaces it as
+  // observations come in.
+  double prior_accept_rate = 0.5;
+  double prior_weight = 2.0;
 };
 
 // The compiled-in defaults (CMake options LACUNA_DECODE_SKIP/VERIFY/JUMP), then the
-// environment: LACUNA_SKIP, LACUNA_VERIFY, LACUNA_JUMP = 0/1, LACUNA_MAX_DRAFT = N.
+// environment: LACUNA_SKIP, LACUNA_VERIFY, LACUNA_JUMP = 0/1, LACUNA_MAX_DRAFT = N,
+// LACUNA_DRAFT = adaptive/always.
 // Throws std::invalid_argument for a malformed value.
 DecodeOptions decode_options_from_env();
 DecodeOptions decode_options_from_env(DecodeOptions base);
@@ -74,12 +119,13 @@ struct GenerationStats {
   size_t tokens_batch_filled = 0;  // emitted tokens whose KV was filled in a later batch
   size_t draft_proposed = 0;       // forced-string draft tokens decoded for verification
   size_t draft_accepted = 0;       // of those, kept
-  size_t jump_tokens = 0;          // tier 2: committed without verification
-  double prefill_ms = 0;           // prompt decode
-  double decode_ms = 0;            // llama_decode after the prompt
-  double mask_ms = 0;              // constraint masks, forced tokens, jump strings
-  double sample_ms = 0;            // sampling (mask application, selection)
-  double total_ms = 0;             // wall time from prefill start to the last step
+  size_t draft_declined = 0;  // passes with a forced string where the cost model drafted nothing
+  size_t jump_tokens = 0;     // tier 2: committed without verification
+  double prefill_ms = 0;      // prompt decode
+  double decode_ms = 0;       // llama_decode after the prompt
+  double mask_ms = 0;         // constraint masks, forced tokens, jump strings
+  double sample_ms = 0;       // sampling (mask application, selection)
+  double total_ms = 0;        // wall time from prefill start to the last step
   StopReason stop = StopReason::none;
 
   // Emitted tokens per forward pass of the decode phase.
@@ -182,7 +228,12 @@ class Generator {
   std::vector<Token> pending_;  // emitted/prompt tokens not yet in the KV cache
   std::vector<Token> drafts_;   // scratch
   std::vector<Token> step_tokens_;
-  size_t draft_len_ = 0;  // current draft length limit (adaptive, <= max_draft)
+  size_t draft_len_ = 0;  // DraftPolicy::always: current draft length limit (<= max_draft)
+  // Draft positions whose choice was seen this generation, and how many chose the draft
+  // (drafts decoded, and the first draft of a forced string that was not decoded).
+  double accept_trials_ = 0;
+  double accept_hits_ = 0;
+  double accept_rate() const;
   bool logits_valid_ = false;
   int32_t logits_idx_ = -1;
   bool prefilled_ = false;

@@ -123,6 +123,8 @@ void Generator::prefill(std::span<const Token> prompt) {
   stats_.prompt_tokens = prompt.size();
   mask_valid_ = false;  // the caller may have moved the constraint in between
   draft_len_ = config_.decode.max_draft;
+  accept_trials_ = 0;
+  accept_hits_ = 0;
   t_start_ = Clock::now();
 
   pending_.insert(pending_.end(), prompt.begin(), prompt.end());
@@ -212,6 +214,13 @@ void Generator::ensure_mask(size_t& n_allowed, size_t& n_allowed_non_eog) {
   n_allowed_non_eog = mask_allowed_non_eog_;
 }
 
+double Generator::accept_rate() const {
+  const DecodeOptions& o = config_.decode;
+  const double w = std::max(0.0, o.prior_weight);
+  const double denom = accept_trials_ + w;
+  return denom > 0 ? (accept_hits_ + w * std::clamp(o.prior_accept_rate, 0.0, 1.0)) / denom : 0.0;
+}
+
 Token Generator::first_allowed() const {
   for (size_t w = 0; w < mask_.size(); ++w) {
     if (mask_[w] != 0)
@@ -234,12 +243,36 @@ Token Generator::argmax(const float* logits, bool masked) const {
     }
     return best;
   }
-  // Ascending token order with a strict comparison: the first index wins ties, as
-  // llama.cpp's greedy sampler does over a masked candidate array.
-  for (size_t w = 0; w < mask_.size(); ++w) {
+  // One pass over the mask words in ascending token order with a strict comparison: the
+  // first index wins ties, as llama.cpp's greedy sampler does over a masked candidate
+  // array. A zero word skips 32 tokens; a full word is a plain run of 32 logits.
+  const size_t n_words = mask_.size();
+  for (size_t w = 0; w < n_words; ++w) {
     uint32_t bits = mask_[w];
+    if (bits == 0) continue;
+    const size_t base = w * 32;
+    if (bits == 0xffffffffu && base + 32 <= static_cast<size_t>(n_vocab_)) {
+      const float* l = logits + base;
+      size_t at = 32;
+      float m = best_logit;
+      for (size_t i = 0; i < 32; ++i) {
+        if (l[i] > m) {
+          m = l[i];
+          at = i;
+        }
+      }
+      if (at < 32 && (best == LLAMA_TOKEN_NULL || m > best_logit)) {
+        best_logit = m;
+        best = static_cast<Token>(base + at);
+      } else if (best == LLAMA_TOKEN_NULL) {
+        // Every logit here is -inf (or NaN): the first allowed token, like the bit loop.
+        best = static_cast<Token>(base);
+        best_logit = l[0];
+      }
+      continue;
+    }
     while (bits != 0) {
-      const Token t = static_cast<Token>(w * 32 + static_cast<size_t>(std::countr_zero(bits)));
+      const Token t = static_cast<Token>(base + static_cast<size_t>(std::countr_zero(bits)));
       bits &= bits - 1;
       if (best == LLAMA_TOKEN_NULL || logits[t] > best_logit) {
         best_logit = logits[t];
@@ -508,17 +541,36 @@ Step Generator::next() {
     drafts_.clear();
   }
 
+  // The first token of the forced string when no draft is decoded: the sampler's choice at
+  // this position still tells whether a draft would have been kept (a free observation).
+  Token undrafted = LLAMA_TOKEN_NULL;
   if (!logits_valid_) {
     drafts_.clear();
-    if (constraint_ && opt.verify_strings && opt.max_draft > 0) {
+    if (constraint_ && opt.verify_strings && opt.max_draft > 0 && budget > 1) {
       const auto t0 = Clock::now();
       const std::string forced = constraint_->jump_forward_string();
       make_drafts(forced, drafts_);
       stats_.mask_ms += ms_between(t0, Clock::now());
-      const size_t limit = std::min({draft_len_, budget, static_cast<size_t>(n_batch_) - 1});
-      if (drafts_.size() > limit) drafts_.resize(limit);
+      // A pass yields at most one token past its drafts, so budget - 1 drafts suffice.
+      size_t limit = std::min({opt.max_draft, budget - 1, static_cast<size_t>(n_batch_) - 1});
+      if (room > pending_.size() + 1) {
+        limit = std::min(limit, room - pending_.size() - 1);
+      } else {
+        limit = 0;
+      }
+      if (opt.draft_policy == DraftPolicy::always) limit = std::min(limit, draft_len_);
+      if (!drafts_.empty()) {
+        const Token first = drafts_[0];
+        if (drafts_.size() > limit) drafts_.resize(limit);
+        if (opt.draft_policy == DraftPolicy::adaptive && !drafts_.empty()) {
+          drafts_.resize(opt.cost.best_draft(pending_.size(), drafts_.size(), accept_rate()));
+        }
+        if (drafts_.empty()) {
+          undrafted = first;
+          ++stats_.draft_declined;
+        }
+      }
     }
-    if (room < pending_.size() + drafts_.size() + 1) drafts_.clear();
     if (room < pending_.size() + 1) {
       finish(StopReason::context_full);
       return make_step();
@@ -538,6 +590,10 @@ Step Generator::next() {
     const Token draft = k < n_draft ? drafts_[k] : LLAMA_TOKEN_NULL;
     bool accepted = false;
     const Token t = sample(logits, draft, accepted);
+    if (t != LLAMA_TOKEN_NULL && (draft != LLAMA_TOKEN_NULL || undrafted != LLAMA_TOKEN_NULL)) {
+      accept_trials_ += 1;
+      if (accepted || t == undrafted) accept_hits_ += 1;
+    }
     if (t != LLAMA_TOKEN_NULL && accepted) {
       ++stats_.draft_accepted;
       ++k;

@@ -68,6 +68,16 @@ DecodeOptions decode_options_from_env(DecodeOptions base) {
   read_switch("LACUNA_VERIFY", base.verify_strings);
   read_switch("LACUNA_JUMP", base.jump_forward);
   read_count("LACUNA_MAX_DRAFT", base.max_draft, 0, 4096);
+  if (const char* raw = std::getenv("LACUNA_DRAFT"); raw != nullptr && raw[0] != '\0') {
+    const std::string v = raw;
+    if (v == "adaptive") {
+      base.draft_policy = DraftPolicy::adaptive;
+    } else if (v == "always") {
+      base.draft_policy = DraftPolicy::always;
+    } else {
+      throw std::invalid_argument("LACUNA_DRAFT='" + v + "': expected adaptive or always");
+    }
+  }
   return base;
 }
 
@@ -105,15 +115,16 @@ double GenerationStats::tokens_per_pass() const {
 
 std::string GenerationStats::to_json() const {
   char buf[768];
-  std::snprintf(buf, sizeof(buf),
-                "{\"prompt_tokens\":%zu,\"tokens_emitted\":%zu,\"forward_passes\":%zu,"
-                "\"tokens_skipped\":%zu,\"tokens_batch_filled\":%zu,\"draft_proposed\":%zu,"
-                "\"draft_accepted\":%zu,\"jump_tokens\":%zu,\"tokens_per_pass\":%.4f,"
-                "\"prefill_ms\":%.3f,\"decode_ms\":%.3f,\"mask_ms\":%.3f,\"sample_ms\":%.3f,"
-                "\"total_ms\":%.3f,\"stop\":\"%s\"}",
-                prompt_tokens, tokens_emitted, forward_passes, tokens_skipped, tokens_batch_filled,
-                draft_proposed, draft_accepted, jump_tokens, tokens_per_pass(), prefill_ms,
-                decode_ms, mask_ms, sample_ms, total_ms, stop_reason_name(stop));
+  std::snprintf(
+      buf, sizeof(buf),
+      "{\"prompt_tokens\":%zu,\"tokens_emitted\":%zu,\"forward_passes\":%zu,"
+      "\"tokens_skipped\":%zu,\"tokens_batch_filled\":%zu,\"draft_proposed\":%zu,"
+      "\"draft_accepted\":%zu,\"draft_declined\":%zu,\"jump_tokens\":%zu,\"tokens_per_pass\":%.4f,"
+      "\"prefill_ms\":%.3f,\"decode_ms\":%.3f,\"mask_ms\":%.3f,\"sample_ms\":%.3f,"
+      "\"total_ms\":%.3f,\"stop\":\"%s\"}",
+      prompt_tokens, tokens_emitted, forward_passes, tokens_skipped, tokens_batch_filled,
+      draft_proposed, draft_accepted, draft_declined, jump_tokens, tokens_per_pass(), prefill_ms,
+      decode_ms, mask_ms, sample_ms, total_ms, stop_reason_name(stop));
   return buf;
 }
 

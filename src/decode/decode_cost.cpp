@@ -1,0 +1,164 @@
+// decode_cost.cpp — the cost model for draft lengths: what llama_decode costs by batch size
+// (measured, or a default), and the draft length that maximizes expected tokens per unit cost.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "lacuna/generator.h"
+
+namespace lacuna {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Relative cost of a batch of n tokens, each with logits, over a batch of one: `lacuna bench
+// decode` on bench-0.5b (qwen2 shape, f16) with 2 threads on an AVX-512 x86 CPU (medians of 15,
+// sizes 1, 2, 3, 4, 6, 8, 12, 16 measured, the others interpolated). llama.cpp decodes one
+// token with its matrix-vector kernel and larger batches with its matrix-matrix kernel, which
+// costs twice as much for two tokens there; on a GPU a batch is relatively cheaper, so this
+// default drafts less than it could there (measure with measure_decode_cost()).
+constexpr double kDefaultCost[] = {1.0,  2.05, 2.11, 2.27, 2.33, 2.38, 2.68, 2.97,
+                                   3.13, 3.29, 3.44, 3.60, 3.80, 4.00, 4.20, 4.40};
+
+}  // namespace
+
+DecodeCost DecodeCost::cpu_default() {
+  DecodeCost c;
+  c.relative.assign(std::begin(kDefaultCost), std::end(kDefaultCost));
+  return c;
+}
+
+DecodeCost DecodeCost::from_ms(std::span<const size_t> sizes, std::span<const double> ms) {
+  if (sizes.size() != ms.size() || sizes.empty())
+    throw std::invalid_argument(
+        "DecodeCost::from_ms: sizes and times differ in length or are empty");
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0 || (i > 0 && sizes[i] <= sizes[i - 1]))
+      throw std::invalid_argument("DecodeCost::from_ms: sizes must be increasing and > 0");
+    if (!(ms[i] > 0) || !std::isfinite(ms[i]))
+      throw std::invalid_argument("DecodeCost::from_ms: times must be finite and > 0");
+  }
+  if (sizes[0] != 1) throw std::invalid_argument("DecodeCost::from_ms: the first size must be 1");
+  // Linear interpolation between measured sizes; costs are made non-decreasing.
+  DecodeCost c;
+  const size_t n_max = sizes.back();
+  c.relative.resize(n_max);
+  size_t seg = 0;
+  for (size_t n = 1; n <= n_max; ++n) {
+    while (sizes[seg + 1 < sizes.size() ? seg + 1 : seg] < n) ++seg;
+    double v;
+    if (sizes[seg] == n || seg + 1 >= sizes.size()) {
+      v = ms[seg];
+    } else {
+      const double f =
+          static_cast<double>(n - sizes[seg]) / static_cast<double>(sizes[seg + 1] - sizes[seg]);
+      v = ms[seg] + f * (ms[seg + 1] - ms[seg]);
+    }
+    c.relative[n - 1] = v / ms[0];
+  }
+  for (size_t i = 1; i < c.relative.size(); ++i)
+    c.relative[i] = std::max(c.relative[i], c.relative[i - 1]);
+  return c;
+}
+
+double DecodeCost::of(size_t n) const {
+  if (n == 0) return 0.0;
+  if (relative.empty()) return static_cast<double>(n);
+  if (n <= relative.size()) return relative[n - 1];
+  // Past the table: extend its last slope (at least the average cost per token so far).
+  const size_t m = relative.size();
+  const double last = relative[m - 1];
+  const double slope =
+      m >= 2 ? std::max(relative[m - 1] - relative[m - 2], last / static_cast<double>(m)) : last;
+  return last + slope * static_cast<double>(n - m);
+}
+
+size_t DecodeCost::best_draft(size_t n_pending, size_t n_available, double accept_rate) const {
+  if (n_available == 0) return 0;
+  const double a = std::clamp(accept_rate, 0.0, 1.0);
+  const size_t base = std::max<size_t>(n_pending, 1);
+  // The pass runs anyway (its pending tokens need it) and yields one token. k drafts add
+  // a + a^2 + ... + a^k expected tokens (a draft is kept only if every one before it was),
+  // each of which would otherwise cost a pass of one token, and they add of(base + k) -
+  // of(base) to this pass. Pick the k with the largest net saving; none unless it is > 0
+  // (a tie goes to the shorter draft).
+  size_t best_k = 0;
+  double best_gain = 0.0;
+  double extra = 0.0;
+  double a_pow = 1.0;
+  const double c_base = of(base);
+  for (size_t k = 1; k <= n_available; ++k) {
+    a_pow *= a;
+    extra += a_pow;
+    const double gain = extra * of(1) - (of(base + k) - c_base);
+    if (gain > best_gain + 1e-9) {
+      best_gain = gain;
+      best_k = k;
+    }
+    if (a_pow < 1e-6) break;  // further drafts add nothing
+  }
+  return best_k;
+}
+
+DecodeCost measure_decode_cost(llama_context* ctx, llama_seq_id seq, std::span<const size_t> sizes,
+                               int reps, std::vector<double>* ms_out, bool all_logits) {
+  if (ctx == nullptr) throw std::invalid_argument("measure_decode_cost: null context");
+  if (reps < 1) throw std::invalid_argument("measure_decode_cost: reps must be >= 1");
+  if (sizes.empty() || sizes[0] != 1)
+    throw std::invalid_argument("measure_decode_cost: sizes must start with 1");
+  const size_t n_max = *std::max_element(sizes.begin(), sizes.end());
+  const uint32_t n_batch = llama_n_batch(ctx);
+  if (n_max > n_batch)
+    throw std::invalid_argument("measure_decode_cost: a size exceeds the context's n_batch");
+  llama_memory_t mem = llama_get_memory(ctx);
+  const llama_pos start = llama_memory_seq_pos_max(mem, seq) + 1;
+  if (static_cast<size_t>(start) + n_max >= llama_n_ctx(ctx))
+    throw std::invalid_argument("measure_decode_cost: no room in the context");
+  const llama_vocab* vocab = llama_model_get_vocab(llama_get_model(ctx));
+  const int32_t n_vocab = llama_vocab_n_tokens(vocab);
+
+  llama_batch batch = llama_batch_init(static_cast<int32_t>(n_max), 0, 1);
+  std::vector<double> ms(sizes.size(), 0.0);
+  // samples[s][r]; the sizes take turns within each repetition, so that a change of machine
+  // load falls on all of them alike.
+  std::vector<std::vector<double>> samples(sizes.size(),
+                                           std::vector<double>(static_cast<size_t>(reps)));
+  try {
+    for (int r = 0; r < reps; ++r) {
+      for (size_t s = 0; s < sizes.size(); ++s) {
+        batch.n_tokens = 0;
+        for (size_t i = 0; i < sizes[s]; ++i) {
+          const int32_t k = batch.n_tokens++;
+          batch.token[k] = static_cast<Token>((1000 + 7 * i) % static_cast<size_t>(n_vocab));
+          batch.pos[k] = start + static_cast<llama_pos>(i);
+          batch.n_seq_id[k] = 1;
+          batch.seq_id[k][0] = seq;
+          batch.logits[k] = all_logits || i + 1 == sizes[s] ? 1 : 0;
+        }
+        const auto t0 = Clock::now();
+        const int32_t rc = llama_decode(ctx, batch);
+        samples[s][static_cast<size_t>(r)] =
+            std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        llama_memory_seq_rm(mem, seq, start, -1);
+        if (rc != 0)
+          throw std::runtime_error("measure_decode_cost: llama_decode failed (status " +
+                                   std::to_string(rc) + ")");
+      }
+    }
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      std::sort(samples[s].begin(), samples[s].end());
+      ms[s] = samples[s][samples[s].size() / 2];
+    }
+  } catch (...) {
+    llama_batch_free(batch);
+    throw;
+  }
+  llama_batch_free(batch);
+  if (ms_out != nullptr) *ms_out = ms;
+  return DecodeCost::from_ms(sizes, ms);
+}
+
+}  // namespace lacuna

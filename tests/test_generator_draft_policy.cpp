@@ -1,0 +1,276 @@
+// test_generator_draft_policy.cpp — the draft-length decision of verified forced strings: the
+// cost model's arithmetic, its measurement, and that no policy changes the output (greedy
+// tokens identical with drafting off, always on and adaptive; a declined draft costs no draw).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "decode/constraint_factory.h"
+#include "generator_fixtures.h"
+#include "lacuna/generator.h"
+#include "lacuna/json_schema.h"
+
+namespace lacuna {
+namespace {
+
+using testing::ContextHandle;
+using testing::ModelHandle;
+
+// Batches of up to 32 tokens cost what one token costs.
+DecodeCost flat_cost() {
+  DecodeCost c;
+  c.relative.assign(32, 1.0);
+  return c;
+}
+
+// A batch of two costs as much as two batches of one: drafting can never gain.
+DecodeCost linear_cost() {
+  DecodeCost c;
+  c.relative = {1.0, 2.0, 3.0, 4.0};
+  return c;
+}
+
+TEST(DecodeCost, InterpolatesAndStaysMonotone) {
+  const std::vector<size_t> sizes = {1, 2, 4, 8};
+  const std::vector<double> ms = {10.0, 18.0, 20.0, 19.0};
+  const DecodeCost c = DecodeCost::from_ms(sizes, ms);
+  ASSERT_EQ(c.relative.size(), 8u);
+  EXPECT_DOUBLE_EQ(c.of(1), 1.0);
+  EXPECT_DOUBLE_EQ(c.of(2), 1.8);
+  EXPECT_DOUBLE_EQ(c.of(3), 1.9);  // halfway between 1.8 and 2.0
+  EXPECT_DOUBLE_EQ(c.of(4), 2.0);
+  EXPECT_DOUBLE_EQ(c.of(8), 2.0);  // a faster measurement of a larger batch is not believed
+  for (size_t n = 2; n <= 8; ++n) EXPECT_GE(c.of(n), c.of(n - 1));
+  EXPECT_DOUBLE_EQ(c.of(0), 0.0);
+  EXPECT_GT(c.of(9), c.of(8));  // past the table: extrapolated, still growing
+  EXPECT_GT(c.of(64), c.of(9));
+}
+
+TEST(DecodeCost, RejectsBadMeasurements) {
+  const std::vector<size_t> sizes = {1, 2};
+  const std::vector<size_t> no_one = {2, 4};
+  const std::vector<size_t> unsorted = {1, 4, 2};
+  const std::vector<double> two = {1.0, 2.0};
+  const std::vector<double> three = {1.0, 2.0, 3.0};
+  const std::vector<double> bad = {1.0, -2.0};
+  EXPECT_THROW(DecodeCost::from_ms(sizes, three), std::invalid_argument);
+  EXPECT_THROW(DecodeCost::from_ms(no_one, two), std::invalid_argument);
+  EXPECT_THROW(DecodeCost::from_ms(unsorted, three), std::invalid_argument);
+  EXPECT_THROW(DecodeCost::from_ms(sizes, bad), std::invalid_argument);
+  EXPECT_THROW(DecodeCost::from_ms({}, {}), std::invalid_argument);
+}
+
+TEST(DecodeCost, BestDraftFollowsCostAndAcceptance) {
+  // Nothing to draft, or nothing ever kept: no draft.
+  EXPECT_EQ(flat_cost().best_draft(1, 0, 0.9), 0u);
+  EXPECT_EQ(flat_cost().best_draft(1, 4, 0.0), 0u);
+  // Batches cost nothing extra: draft everything that is available.
+  EXPECT_EQ(flat_cost().best_draft(1, 3, 0.3), 3u);
+  EXPECT_EQ(flat_cost().best_draft(1, 6, 0.5), 6u);
+  // Linear cost: a pass of k drafts yields at most k + 1 tokens for k + 1 units: never a gain.
+  EXPECT_EQ(linear_cost().best_draft(1, 8, 0.99), 0u);
+  // A batch of 2 at 1.5: one draft pays iff 1 + a > 1.5.
+  DecodeCost c;
+  c.relative = {1.0, 1.5, 1.6, 1.7};
+  EXPECT_EQ(c.best_draft(1, 1, 0.4), 0u);
+  EXPECT_EQ(c.best_draft(1, 1, 0.6), 1u);
+  // A high acceptance makes the longer (flatter) batches worth it.
+  EXPECT_EQ(c.best_draft(1, 3, 0.95), 3u);
+  // Pending tokens are paid for anyway: with 3 pending, a draft adds 1.7 - 1.6 = 0.1.
+  EXPECT_EQ(c.best_draft(3, 1, 0.05), 0u);
+  EXPECT_EQ(c.best_draft(3, 1, 0.2), 1u);
+  // A long pending run on the linear model: still never a gain.
+  EXPECT_EQ(linear_cost().best_draft(5, 3, 0.99), 0u);
+  // Out-of-range rates are clamped, not trusted.
+  EXPECT_EQ(c.best_draft(1, 2, -1.0), 0u);
+  EXPECT_EQ(c.best_draft(1, 2, 7.0), 2u);
+}
+
+TEST(DecodeCost, DefaultIsATableStartingAtOne) {
+  const DecodeCost c = DecodeCost::cpu_default();
+  ASSERT_GE(c.relative.size(), 2u);
+  EXPECT_DOUBLE_EQ(c.relative[0], 1.0);
+  for (size_t i = 1; i < c.relative.size(); ++i) EXPECT_GE(c.relative[i], c.relative[i - 1]);
+}
+
+TEST(DecodeOptions, DraftPolicyFromEnvironment) {
+  ::setenv("LACUNA_DRAFT", "always", 1);
+  EXPECT_EQ(decode_options_from_env().draft_policy, DraftPolicy::always);
+  ::setenv("LACUNA_DRAFT", "adaptive", 1);
+  EXPECT_EQ(decode_options_from_env().draft_policy, DraftPolicy::adaptive);
+  ::setenv("LACUNA_DRAFT", "sometimes", 1);
+  EXPECT_THROW(decode_options_from_env(), std::invalid_argument);
+  ::unsetenv("LACUNA_DRAFT");
+  EXPECT_EQ(decode_options_from_env().draft_policy, DraftPolicy::adaptive);
+}
+
+TEST(MeasureDecodeCost, MeasuresAndLeavesTheCacheAsItWas) {
+  ModelHandle model = testing::load_model("tiny-llama3");
+  ASSERT_NE(model, nullptr);
+  ContextHandle ctx = testing::make_context(model.get(), 128, 32);
+  ASSERT_NE(ctx, nullptr);
+  auto prompt = testing::tokenize(llama_model_get_vocab(model.get()), "Hello there", true);
+  llama_batch b = llama_batch_get_one(prompt.data(), static_cast<int32_t>(prompt.size()));
+  ASSERT_EQ(llama_decode(ctx.get(), b), 0);
+  llama_memory_t mem = llama_get_memory(ctx.get());
+  const llama_pos before = llama_memory_seq_pos_max(mem, 0);
+  const std::vector<size_t> sizes = {1, 2, 4};
+  std::vector<double> ms;
+  const DecodeCost c = measure_decode_cost(ctx.get(), 0, sizes, 2, &ms);
+  ASSERT_EQ(ms.size(), 3u);
+  for (double v : ms) EXPECT_GT(v, 0.0);
+  ASSERT_EQ(c.relative.size(), 4u);
+  EXPECT_DOUBLE_EQ(c.relative[0], 1.0);
+  EXPECT_EQ(llama_memory_seq_pos_max(mem, 0), before);
+  std::vector<double> fill;
+  measure_decode_cost(ctx.get(), 0, sizes, 1, &fill, false);
+  EXPECT_EQ(fill.size(), 3u);
+  EXPECT_EQ(llama_memory_seq_pos_max(mem, 0), before);
+
+  const std::vector<size_t> too_big = {1, 64};  // n_batch is 32
+  const std::vector<size_t> no_one = {2};
+  EXPECT_THROW(measure_decode_cost(ctx.get(), 0, too_big, 1), std::invalid_argument);
+  EXPECT_THROW(measure_decode_cost(ctx.get(), 0, no_one, 1), std::invalid_argument);
+  EXPECT_THROW(measure_decode_cost(ctx.get(), 0, sizes, 0), std::invalid_argument);
+  EXPECT_THROW(measure_decode_cost(nullptr, 0, sizes, 1), std::invalid_argument);
+}
+
+const char* kSchema = R"({
+  "type": "object",
+  "properties": {
+    "name": {"const": "get_weather"},
+    "arguments": {
+      "type": "object",
+      "properties": {
+        "location": {"enum": ["Lisbon", "Paris", "Oslo"]},
+        "unit": {"enum": ["celsius", "fahrenheit"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 14}
+      },
+      "required": ["location", "unit", "days"],
+      "additionalProperties": false
+    }
+  },
+  "required": ["name", "arguments"],
+  "additionalProperties": false
+})";
+
+struct Policy {
+  const char* name;
+  bool verify;
+  DraftPolicy policy;
+  DecodeCost cost;
+};
+
+std::vector<Policy> policies() {
+  return {
+      {"off", false, DraftPolicy::adaptive, DecodeCost::cpu_default()},
+      {"always", true, DraftPolicy::always, DecodeCost::cpu_default()},
+      {"adaptive/flat", true, DraftPolicy::adaptive, flat_cost()},
+      {"adaptive/linear", true, DraftPolicy::adaptive, linear_cost()},
+      {"adaptive/default", true, DraftPolicy::adaptive, DecodeCost::cpu_default()},
+  };
+}
+
+struct Out {
+  std::vector<Token> tokens;
+  GenerationStats stats;
+};
+
+Out run(llama_context* ctx, const llama_vocab* vocab, const std::string& gbnf,
+        const std::vector<Token>& prompt, const Policy& p, float temp, uint32_t seed) {
+  llama_memory_clear(llama_get_memory(ctx), true);
+  GeneratorConfig cfg;
+  cfg.max_tokens = 64;
+  cfg.temp = temp;
+  cfg.seed = seed;
+  cfg.decode.skip_forced = true;
+  cfg.decode.verify_strings = p.verify;
+  cfg.decode.draft_policy = p.policy;
+  cfg.decode.cost = p.cost;
+  Generator gen(ctx, cfg, decode::make_grammar_constraint(vocab, gbnf));
+  gen.prefill(prompt);
+  gen.generate();
+  return {gen.tokens(), gen.stats()};
+}
+
+class DraftPolicyOutput : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DraftPolicyOutput, GreedyTokensIdenticalUnderEveryPolicy) {
+  ModelHandle model = testing::load_model(GetParam());
+  ASSERT_NE(model, nullptr) << testing::model_path(GetParam());
+  const llama_vocab* vocab = llama_model_get_vocab(model.get());
+  ContextHandle ctx = testing::make_context(model.get(), 512, 128);
+  ASSERT_NE(ctx, nullptr);
+  SchemaOptions so;
+  so.whitespace = SchemaOptions::Whitespace::Compact;
+  const std::string gbnf = json_schema_to_gbnf(kSchema, so);
+  size_t flat_proposed = 0;
+  for (const char* prompt_text : {"Call a tool:", "Weather in Oslo?\n"}) {
+    SCOPED_TRACE(prompt_text);
+    const auto prompt = testing::tokenize(vocab, prompt_text, true);
+    const auto ps = policies();
+    const Out ref = run(ctx.get(), vocab, gbnf, prompt, ps[0], 0.0f, 0);
+    ASSERT_FALSE(ref.tokens.empty());
+    EXPECT_EQ(ref.stats.draft_proposed, 0u);
+    for (const Policy& p : ps) {
+      SCOPED_TRACE(p.name);
+      const Out o = run(ctx.get(), vocab, gbnf, prompt, p, 0.0f, 0);
+      EXPECT_EQ(o.tokens, ref.tokens);
+      EXPECT_EQ(o.stats.stop, ref.stats.stop);
+      EXPECT_LE(o.stats.draft_accepted, o.stats.draft_proposed);
+      if (std::string(p.name) == "adaptive/linear") {
+        // Drafting can never gain: the forced strings were there, nothing was drafted.
+        EXPECT_EQ(o.stats.draft_proposed, 0u);
+        EXPECT_GT(o.stats.draft_declined, 0u);
+        EXPECT_EQ(o.stats.forward_passes, ref.stats.forward_passes);
+      }
+      if (std::string(p.name) == "adaptive/flat") {
+        EXPECT_EQ(o.stats.draft_declined, 0u);
+        flat_proposed += o.stats.draft_proposed;
+      }
+      if (std::string(p.name) == "always") {
+        EXPECT_EQ(o.stats.draft_declined, 0u);
+      }
+    }
+  }
+  EXPECT_GT(flat_proposed, 0u) << "free batches must make the adaptive policy draft";
+}
+
+TEST_P(DraftPolicyOutput, DeclinedDraftsConsumeNoRandomDraw) {
+  ModelHandle model = testing::load_model(GetParam());
+  ASSERT_NE(model, nullptr);
+  const llama_vocab* vocab = llama_model_get_vocab(model.get());
+  ContextHandle ctx = testing::make_context(model.get(), 512, 128);
+  ASSERT_NE(ctx, nullptr);
+  SchemaOptions so;
+  so.whitespace = SchemaOptions::Whitespace::Compact;
+  const std::string gbnf = json_schema_to_gbnf(kSchema, so);
+  const auto prompt = testing::tokenize(vocab, "Call a tool:", true);
+  const auto ps = policies();
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    // Sampling with temperature: where the cost model declines every draft, the generator
+    // takes exactly the draws of the path without verification.
+    const Out off = run(ctx.get(), vocab, gbnf, prompt, ps[0], 1.2f, seed);
+    const Out declined = run(ctx.get(), vocab, gbnf, prompt, ps[3], 1.2f, seed);
+    EXPECT_EQ(declined.tokens, off.tokens) << "seed " << seed;
+    EXPECT_EQ(declined.stats.draft_proposed, 0u);
+    // With drafts, the draws differ but the output stays in the language.
+    const Out flat = run(ctx.get(), vocab, gbnf, prompt, ps[2], 1.2f, seed);
+    std::string text = testing::detokenize(vocab, flat.tokens);
+    if (flat.stats.stop != StopReason::max_tokens) {
+      EXPECT_NO_THROW({
+        const auto j = nlohmann::json::parse(text);
+        EXPECT_EQ(j.at("name"), "get_weather");
+      }) << text;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, DraftPolicyOutput,
+                         ::testing::Values("tiny-llama3", "tiny-spm", "tiny-qwen2"));
+
+}  // namespace
+}  // namespace lacuna
