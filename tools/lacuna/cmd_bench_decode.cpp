@@ -1,6 +1,6 @@
 // cmd_bench_decode.cpp — `lacuna bench decode`: constrained decoding modes side by side in one
 // process (llama.cpp's grammar sampler, lacuna without and with skipping, tier-2 jump-forward,
-// free generation): tokens, forward passes, skip ratio, drafts, speed, token agreement.
+// free generation), interleaved run by run: tokens, passes, drafts, medians, speed ratios.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -30,7 +30,21 @@ using nlohmann::json;
 
 const char* kModes[] = {"llama-grammar", "lacuna", "lacuna-skip", "lacuna-jump", "free"};
 
-struct ModeTotals {
+// One generation of one mode on one (schema, prompt) pair.
+struct RunResult {
+  std::vector<Token> tokens;
+  lacuna::GenerationStats stats;
+  double ms = 0;  // wall time after the prompt: passes, masks, sampling
+};
+
+// Sums over the pairs of one repetition of one mode.
+struct RepTotals {
+  size_t tokens = 0;
+  double ms = 0;
+};
+
+// Counts of one mode over all pairs (from the first repetition: greedy runs repeat exactly).
+struct ModeCounts {
   size_t runs = 0;
   size_t tokens = 0;
   size_t forward_passes = 0;
@@ -38,13 +52,14 @@ struct ModeTotals {
   size_t batch_filled = 0;
   size_t draft_proposed = 0;
   size_t draft_accepted = 0;
+  size_t draft_declined = 0;
   size_t jump_tokens = 0;
   size_t completed = 0;  // runs that ended because the output was complete
-  double wall_ms = 0;    // prefill + decode
-  double decode_ms = 0;  // after the prompt: everything (passes, masks, sampling)
   double mask_ms = 0;
-  size_t agree = 0;     // tokens equal to llama-grammar's at the same index
-  size_t agree_of = 0;  // max(len) summed
+  double sample_ms = 0;
+  size_t agree = 0;        // tokens equal to llama-grammar's at the same index, in a row
+  size_t agree_of = 0;     // max(len) summed
+  bool repeatable = true;  // every repetition gave the same tokens
 };
 
 // Prompts file: one prompt per line, "\n" written as a backslash-n.
@@ -73,6 +88,18 @@ std::vector<std::string> read_prompts(const std::string& path) {
   return out;
 }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct Pair {
+  size_t schema = 0;
+  std::vector<Token> prompt;
+};
+
 }  // namespace
 
 LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
@@ -83,13 +110,22 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
   int32_t threads = 2;
   size_t n_predict = 128;
   uint32_t n_ctx = 2048;
-  int repeats = 1;
+  int repeats = 3;
+  int warmup = 1;
+  int cost_reps = 5;
+  std::vector<size_t> cost_sizes = {1, 2, 3, 4, 6, 8, 12, 16};
+  std::string cost_source = "measured";
+  std::string draft_policy = "adaptive";
+  std::string whitespace = "compact";
   bool json_out = false;
   std::vector<std::string> modes(std::begin(kModes), std::end(kModes));
   CLI::App app{
-      "Runs each mode on every (schema, prompt) pair with greedy decoding and reports "
-      "per mode: tokens, forward passes, skip ratio, drafts, decode speed, wall time "
-      "and token agreement with llama.cpp's grammar sampler.",
+      "Runs each mode on every (schema, prompt) pair with greedy decoding, the modes "
+      "interleaved run by run (round-robin, the starting mode rotating) so that machine load "
+      "falls on all of them alike, and reports per mode: tokens, forward passes, skip ratio, "
+      "drafts, the median wall time per emitted token over the repetitions, and token "
+      "agreement with llama.cpp's grammar sampler; the speed ratios the targets name; and the "
+      "cost model (llama_decode time by batch size) the adaptive draft length uses.",
       "lacuna bench decode"};
   app.add_option("-m,--model", model_path, "GGUF model")->required();
   app.add_option("--schema", schema_paths, "JSON Schema file or directory of *.json (repeatable)")
@@ -100,9 +136,24 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
   app.add_option("-n,--n-predict", n_predict, "most tokens per generation (default 128)")
       ->check(CLI::Range(1, 100000));
   app.add_option("--ctx", n_ctx, "context size (default 2048)")->check(CLI::Range(64u, 1u << 20));
-  app.add_option("--repeats", repeats, "runs of each pair and mode (default 1)")
+  app.add_option("--repeats", repeats, "repetitions of the whole sweep (default 3)")
       ->check(CLI::Range(1, 100));
+  app.add_option("--warmup", warmup, "uncounted runs of each mode first (default 1)")
+      ->check(CLI::Range(0, 10));
   app.add_option("--modes", modes, "subset of modes to run")->delimiter(',');
+  app.add_option("--cost-sizes", cost_sizes, "batch sizes of the cost model (first 1)")
+      ->delimiter(',');
+  app.add_option("--cost-reps", cost_reps, "timed decodes per batch size (median; default 5)")
+      ->check(CLI::Range(1, 100));
+  app.add_option("--cost", cost_source,
+                 "cost model for adaptive drafts: measured (here, first) or default")
+      ->check(CLI::IsMember({"measured", "default"}));
+  app.add_option("--draft", draft_policy, "draft policy of lacuna-skip/-jump: adaptive or always")
+      ->check(CLI::IsMember({"adaptive", "always"}));
+  app.add_option("--whitespace", whitespace,
+                 "JSON whitespace the schemas allow: compact (none, as tool calls are "
+                 "usually written; default) or flexible")
+      ->check(CLI::IsMember({"compact", "flexible"}));
   app.add_flag("--json", json_out, "print only the JSON report");
   if (const int rc = lacuna::cli::parse_args(app, argc, argv); rc >= 0) return rc;
   for (const auto& m : modes) {
@@ -110,6 +161,17 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
       std::cerr << "lacuna bench decode: unknown mode '" << m << "'\n";
       return 2;
     }
+  }
+  if (modes.empty()) {
+    std::cerr << "lacuna bench decode: no modes\n";
+    return 2;
+  }
+  if (cost_sizes.empty() || cost_sizes[0] != 1 ||
+      !std::is_sorted(cost_sizes.begin(), cost_sizes.end()) ||
+      std::adjacent_find(cost_sizes.begin(), cost_sizes.end()) != cost_sizes.end() ||
+      cost_sizes.back() > 256) {
+    std::cerr << "lacuna bench decode: --cost-sizes must be increasing, start at 1, end <= 256\n";
+    return 2;
   }
   auto has_mode = [&](const char* m) {
     return std::find(modes.begin(), modes.end(), m) != modes.end();
@@ -133,7 +195,7 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
     std::cerr << "lacuna bench decode: no schema files\n";
     return 2;
   }
-  const auto prompts = read_prompts(prompts_path);
+  const auto prompt_texts = read_prompts(prompts_path);
 
   const lacuna::Model model = lacuna::Model::load(model_path);
   lacuna::ContextParams cp;
@@ -146,6 +208,27 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
   const llama_vocab* vocab = model.vocab_ptr();
   const auto index = lacuna::TokenIndex::build(vocab);
 
+  // Compile every schema once, outside the timed runs (reported on its own).
+  std::vector<std::string> gbnfs;
+  std::vector<std::shared_ptr<const lacuna::CompiledGrammar>> compiled;
+  json compile_ms = json::object();
+  for (const auto& file : files) {
+    const auto t0 = std::chrono::steady_clock::now();
+    lacuna::SchemaOptions so;
+    so.whitespace = whitespace == "compact" ? lacuna::SchemaOptions::Whitespace::Compact
+                                            : lacuna::SchemaOptions::Whitespace::Flexible;
+    gbnfs.push_back(lacuna::json_schema_to_gbnf(lacuna::decode::read_text_file(file), so));
+    compiled.push_back(lacuna::CompiledGrammar::compile(lacuna::parse_gbnf(gbnfs.back()), index));
+    compile_ms[file] =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  std::vector<Pair> pairs;
+  for (size_t s = 0; s < files.size(); ++s) {
+    for (const auto& p : prompt_texts) {
+      pairs.push_back(Pair{s, lacuna::tokenize(model.vocab(), p, true, true)});
+    }
+  }
+
   // Warm-up: the first decode builds the compute graphs.
   {
     lacuna::Batch b(2);
@@ -154,103 +237,161 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
     ctx.clear_memory();
   }
 
-  std::map<std::string, ModeTotals> totals;
-  json per_schema = json::array();
-  for (const auto& file : files) {
-    lacuna::SchemaOptions so;
-    const std::string gbnf = lacuna::json_schema_to_gbnf(lacuna::decode::read_text_file(file), so);
-    const auto compiled = lacuna::CompiledGrammar::compile(lacuna::parse_gbnf(gbnf), index);
-    std::map<std::string, ModeTotals> local;
-    for (const auto& prompt_text : prompts) {
-      const auto prompt = lacuna::tokenize(model.vocab(), prompt_text, true, true);
-      for (int rep = 0; rep < repeats; ++rep) {
-        std::vector<Token> reference;
-        for (const auto& mode : modes) {
-          ModeTotals& t = local[mode];
-          std::vector<Token> out;
-          lacuna::GenerationStats st;
-          ctx.clear_memory();
-          if (mode == "llama-grammar") {
-            lacuna::SamplerPtr chain(
-                llama_sampler_chain_init(llama_sampler_chain_default_params()));
-            llama_sampler_chain_add(chain.get(),
-                                    llama_sampler_init_grammar(vocab, gbnf.c_str(), "root"));
-            llama_sampler_chain_add(chain.get(), llama_sampler_init_greedy());
-            auto r = lacuna::reference_generate(ctx.get(), chain.get(), prompt, n_predict);
-            out = std::move(r.tokens);
-            st = r.stats;
-            reference = out;
-          } else {
-            lacuna::GeneratorConfig cfg;
-            cfg.max_tokens = n_predict;
-            cfg.decode.skip_forced = mode == "lacuna-skip" || mode == "lacuna-jump";
-            cfg.decode.verify_strings = mode == "lacuna-skip" || mode == "lacuna-jump";
-            cfg.decode.jump_forward = mode == "lacuna-jump";
-            std::unique_ptr<lacuna::Constraint> c;
-            if (mode != "free") c = std::make_unique<lacuna::GrammarMatcher>(compiled);
-            lacuna::Generator gen(ctx.get(), cfg, std::move(c));
-            gen.prefill(prompt);
-            gen.generate();
-            out = gen.tokens();
-            st = gen.stats();
-          }
-          ++t.runs;
-          t.tokens += out.size();
-          t.forward_passes += st.forward_passes;
-          t.skipped += st.tokens_skipped;
-          t.batch_filled += st.tokens_batch_filled;
-          t.draft_proposed += st.draft_proposed;
-          t.draft_accepted += st.draft_accepted;
-          t.jump_tokens += st.jump_tokens;
-          t.completed += st.stop != lacuna::StopReason::max_tokens ? 1 : 0;
-          t.wall_ms += st.total_ms;
-          t.decode_ms += st.total_ms - st.prefill_ms;
-          t.mask_ms += st.mask_ms;
-          if (has_mode("llama-grammar") && mode != "llama-grammar" && mode != "free") {
-            const size_t n = std::min(out.size(), reference.size());
-            size_t same = 0;
-            while (same < n && out[same] == reference[same]) ++same;
-            t.agree += same;
-            t.agree_of += std::max(out.size(), reference.size());
-          }
+  // The cost model: llama_decode by batch size (every token with logits), after the first
+  // prompt, as the generator's verification batches run.
+  std::vector<double> cost_ms;
+  {
+    ctx.clear_memory();
+    const auto& prompt = pairs[0].prompt;
+    lacuna::Batch b(static_cast<int32_t>(prompt.size()));
+    for (size_t i = 0; i < prompt.size(); ++i)
+      b.add(prompt[i], static_cast<lacuna::Pos>(i), 0, i + 1 == prompt.size());
+    ctx.decode(b);
+  }
+  const lacuna::DecodeCost measured =
+      lacuna::measure_decode_cost(ctx.get(), 0, cost_sizes, cost_reps, &cost_ms);
+  std::vector<double> fill_ms;  // the same batches with logits for the last token only
+  lacuna::measure_decode_cost(ctx.get(), 0, cost_sizes, cost_reps, &fill_ms, false);
+  ctx.clear_memory();
+  const lacuna::DecodeCost cost =
+      cost_source == "measured" ? measured : lacuna::DecodeCost::cpu_default();
+
+  auto run_mode = [&](const std::string& mode, const Pair& pair) {
+    RunResult r;
+    ctx.clear_memory();
+    if (mode == "llama-grammar") {
+      lacuna::SamplerPtr chain(llama_sampler_chain_init(llama_sampler_chain_default_params()));
+      llama_sampler_chain_add(
+          chain.get(), llama_sampler_init_grammar(vocab, gbnfs[pair.schema].c_str(), "root"));
+      llama_sampler_chain_add(chain.get(), llama_sampler_init_greedy());
+      auto ref = lacuna::reference_generate(ctx.get(), chain.get(), pair.prompt, n_predict);
+      r.tokens = std::move(ref.tokens);
+      r.stats = ref.stats;
+    } else {
+      lacuna::GeneratorConfig cfg;
+      cfg.max_tokens = n_predict;
+      const bool fast = mode == "lacuna-skip" || mode == "lacuna-jump";
+      cfg.decode.skip_forced = fast;
+      cfg.decode.verify_strings = fast;
+      cfg.decode.jump_forward = mode == "lacuna-jump";
+      cfg.decode.draft_policy =
+          draft_policy == "always" ? lacuna::DraftPolicy::always : lacuna::DraftPolicy::adaptive;
+      cfg.decode.cost = cost;
+      std::unique_ptr<lacuna::Constraint> c;
+      if (mode != "free") c = std::make_unique<lacuna::GrammarMatcher>(compiled[pair.schema]);
+      lacuna::Generator gen(ctx.get(), cfg, std::move(c));
+      gen.prefill(pair.prompt);
+      gen.generate();
+      r.tokens = gen.tokens();
+      r.stats = gen.stats();
+    }
+    r.ms = r.stats.total_ms - r.stats.prefill_ms;
+    return r;
+  };
+
+  for (int w = 0; w < warmup; ++w) {
+    for (const auto& mode : modes) run_mode(mode, pairs[0]);
+  }
+
+  const size_t n_modes = modes.size();
+  // [mode][rep]
+  std::vector<std::vector<RepTotals>> rep_totals(n_modes, std::vector<RepTotals>(repeats));
+  // [pair][mode]: first repetition's tokens, for counts, agreement and repeatability
+  std::vector<std::vector<RunResult>> first(pairs.size(), std::vector<RunResult>(n_modes));
+  // [schema][mode][rep]
+  std::vector<std::vector<std::vector<RepTotals>>> schema_totals(
+      files.size(), std::vector<std::vector<RepTotals>>(n_modes, std::vector<RepTotals>(repeats)));
+  std::vector<ModeCounts> counts(n_modes);
+  for (int rep = 0; rep < repeats; ++rep) {
+    for (size_t p = 0; p < pairs.size(); ++p) {
+      for (size_t j = 0; j < n_modes; ++j) {
+        const size_t m = (j + p + static_cast<size_t>(rep)) % n_modes;  // rotate the order
+        RunResult r = run_mode(modes[m], pairs[p]);
+        rep_totals[m][rep].tokens += r.tokens.size();
+        rep_totals[m][rep].ms += r.ms;
+        schema_totals[pairs[p].schema][m][rep].tokens += r.tokens.size();
+        schema_totals[pairs[p].schema][m][rep].ms += r.ms;
+        if (rep == 0) {
+          first[p][m] = std::move(r);
+        } else if (r.tokens != first[p][m].tokens) {
+          counts[m].repeatable = false;
         }
       }
+      if (!json_out)
+        std::fprintf(stderr, "rep %d/%d pair %zu/%zu done\n", rep + 1, repeats, p + 1,
+                     pairs.size());
     }
-    json js = {{"schema", file}};
-    for (const auto& [mode, t] : local) {
-      ModeTotals& g = totals[mode];
-      g.runs += t.runs;
-      g.tokens += t.tokens;
-      g.forward_passes += t.forward_passes;
-      g.skipped += t.skipped;
-      g.batch_filled += t.batch_filled;
-      g.draft_proposed += t.draft_proposed;
-      g.draft_accepted += t.draft_accepted;
-      g.jump_tokens += t.jump_tokens;
-      g.completed += t.completed;
-      g.wall_ms += t.wall_ms;
-      g.decode_ms += t.decode_ms;
-      g.mask_ms += t.mask_ms;
-      g.agree += t.agree;
-      g.agree_of += t.agree_of;
-      js[mode] = {{"tokens", t.tokens}, {"forward_passes", t.forward_passes}};
-    }
-    per_schema.push_back(js);
-    if (!json_out) std::fprintf(stderr, "done %s\n", file.c_str());
   }
+
+  const auto ref_at = std::find(modes.begin(), modes.end(), "llama-grammar");
+  const size_t ref_m = static_cast<size_t>(ref_at - modes.begin());
+  for (size_t m = 0; m < n_modes; ++m) {
+    ModeCounts& c = counts[m];
+    for (size_t p = 0; p < pairs.size(); ++p) {
+      const RunResult& r = first[p][m];
+      const auto& st = r.stats;
+      ++c.runs;
+      c.tokens += r.tokens.size();
+      c.forward_passes += st.forward_passes;
+      c.skipped += st.tokens_skipped;
+      c.batch_filled += st.tokens_batch_filled;
+      c.draft_proposed += st.draft_proposed;
+      c.draft_accepted += st.draft_accepted;
+      c.draft_declined += st.draft_declined;
+      c.jump_tokens += st.jump_tokens;
+      c.completed += st.stop != lacuna::StopReason::max_tokens ? 1 : 0;
+      c.mask_ms += st.mask_ms;
+      c.sample_ms += st.sample_ms;
+      if (ref_at != modes.end() && m != ref_m && modes[m] != "free") {
+        const auto& ref = first[p][ref_m].tokens;
+        const size_t n = std::min(r.tokens.size(), ref.size());
+        size_t same = 0;
+        while (same < n && r.tokens[same] == ref[same]) ++same;
+        c.agree += same;
+        c.agree_of += std::max(r.tokens.size(), ref.size());
+      }
+    }
+  }
+
+  // Per mode and repetition: wall ms per emitted token.
+  auto per_tok = [](const RepTotals& t) {
+    return t.tokens > 0 ? t.ms / static_cast<double>(t.tokens) : 0.0;
+  };
+  std::vector<std::vector<double>> ms_tok(n_modes);
+  for (size_t m = 0; m < n_modes; ++m) {
+    for (int rep = 0; rep < repeats; ++rep) ms_tok[m].push_back(per_tok(rep_totals[m][rep]));
+  }
+  auto mode_index = [&](const char* name) {
+    return static_cast<size_t>(std::find(modes.begin(), modes.end(), name) - modes.begin());
+  };
 
   json report;
   report["model"] = model_path;
   report["threads"] = threads;
   report["n_predict"] = n_predict;
-  report["schemas"] = files.size();
-  report["prompts"] = prompts.size();
+  report["schemas"] = files;
+  report["prompts"] = prompt_texts.size();
   report["repeats"] = repeats;
+  report["warmup"] = warmup;
+  report["draft_policy"] = draft_policy;
+  report["whitespace"] = whitespace;
+  report["compile_ms"] = compile_ms;
+  {
+    json jc;
+    jc["sizes"] = cost_sizes;
+    jc["ms"] = cost_ms;
+    std::vector<double> rel;
+    for (double v : cost_ms) rel.push_back(v / cost_ms[0]);
+    jc["relative"] = rel;
+    jc["ms_last_logits_only"] = fill_ms;
+    jc["used"] = cost_source;
+    report["decode_cost"] = jc;
+  }
   json jm = json::object();
-  for (const auto& mode : modes) {
-    const ModeTotals& t = totals[mode];
-    const double ms_per_tok = t.tokens > 0 ? t.decode_ms / static_cast<double>(t.tokens) : 0.0;
-    json m = {
+  for (size_t m = 0; m < n_modes; ++m) {
+    const ModeCounts& t = counts[m];
+    const double med = median(ms_tok[m]);
+    json j = {
         {"runs", t.runs},
         {"completed", t.completed},
         {"tokens", t.tokens},
@@ -262,38 +403,68 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
         {"tokens_batch_filled", t.batch_filled},
         {"draft_proposed", t.draft_proposed},
         {"draft_accepted", t.draft_accepted},
+        {"draft_declined", t.draft_declined},
         {"jump_tokens", t.jump_tokens},
-        {"decode_tok_s",
-         t.decode_ms > 0 ? 1000.0 * static_cast<double>(t.tokens) / t.decode_ms : 0.0},
-        {"ms_per_token", ms_per_tok},
-        {"wall_ms", t.wall_ms},
-        {"mask_ms", t.mask_ms},
+        {"ms_per_token_median", med},
+        {"ms_per_token_min", *std::min_element(ms_tok[m].begin(), ms_tok[m].end())},
+        {"ms_per_token_max", *std::max_element(ms_tok[m].begin(), ms_tok[m].end())},
+        {"ms_per_token_reps", ms_tok[m]},
+        {"decode_tok_s", med > 0 ? 1000.0 / med : 0.0},
+        {"mask_ms_per_token", t.tokens > 0 ? t.mask_ms / static_cast<double>(t.tokens) : 0.0},
+        {"sample_ms_per_token", t.tokens > 0 ? t.sample_ms / static_cast<double>(t.tokens) : 0.0},
+        {"repeatable", t.repeatable},
     };
     if (t.agree_of > 0)
-      m["agreement_with_llama_grammar"] =
+      j["agreement_with_llama_grammar"] =
           static_cast<double>(t.agree) / static_cast<double>(t.agree_of);
-    jm[mode] = m;
+    jm[modes[m]] = j;
   }
   report["modes"] = jm;
-  auto per_tok = [&](const char* m) {
-    const ModeTotals& t = totals[m];
-    return t.tokens > 0 ? t.decode_ms / static_cast<double>(t.tokens) : 0.0;
-  };
+
+  // Ratios: the median over repetitions of the ratio within each repetition (paired, so a
+  // slow stretch of the machine falls on both sides), and the ratio of the medians.
   json ratios = json::object();
-  if (has_mode("lacuna") && has_mode("free") && per_tok("free") > 0) {
-    ratios["lacuna_over_free_ms_per_token"] = per_tok("lacuna") / per_tok("free");
-  }
-  if (has_mode("lacuna") && has_mode("lacuna-skip") && per_tok("lacuna-skip") > 0) {
-    ratios["lacuna_skip_speedup_vs_lacuna"] = per_tok("lacuna") / per_tok("lacuna-skip");
-  }
-  if (has_mode("llama-grammar") && has_mode("lacuna-skip") && per_tok("lacuna-skip") > 0) {
-    ratios["lacuna_skip_speedup_vs_llama_grammar"] =
-        per_tok("llama-grammar") / per_tok("lacuna-skip");
-  }
-  if (has_mode("llama-grammar") && has_mode("lacuna") && per_tok("lacuna") > 0) {
-    ratios["lacuna_speedup_vs_llama_grammar"] = per_tok("llama-grammar") / per_tok("lacuna");
-  }
+  auto ratio = [&](const char* key, const char* num, const char* den) {
+    if (!has_mode(num) || !has_mode(den)) return;
+    const size_t a = mode_index(num);
+    const size_t b = mode_index(den);
+    std::vector<double> r;
+    for (int rep = 0; rep < repeats; ++rep) {
+      if (ms_tok[b][rep] > 0) r.push_back(ms_tok[a][rep] / ms_tok[b][rep]);
+    }
+    if (r.empty()) return;
+    const double mb = median(ms_tok[b]);
+    ratios[key] = {{"median_of_paired", median(r)},
+                   {"of_medians", mb > 0 ? median(ms_tok[a]) / mb : 0.0},
+                   {"paired", r}};
+  };
+  // Wall time per token of lacuna over free (target <= 1.03).
+  ratio("lacuna_over_free", "lacuna", "free");
+  // Speed-ups: ms per token of the slower mode over lacuna-skip's (targets >= 1.3, >= 2.5).
+  ratio("lacuna_skip_speedup_vs_lacuna", "lacuna", "lacuna-skip");
+  ratio("lacuna_skip_speedup_vs_llama_grammar", "llama-grammar", "lacuna-skip");
+  ratio("lacuna_speedup_vs_llama_grammar", "llama-grammar", "lacuna");
+  ratio("lacuna_skip_over_free", "lacuna-skip", "free");
   report["ratios"] = ratios;
+
+  json per_schema = json::array();
+  for (size_t s = 0; s < files.size(); ++s) {
+    json js = {{"schema", files[s]}};
+    for (size_t m = 0; m < n_modes; ++m) {
+      size_t tokens = 0;
+      size_t passes = 0;
+      for (size_t p = 0; p < pairs.size(); ++p) {
+        if (pairs[p].schema != s) continue;
+        tokens += first[p][m].tokens.size();
+        passes += first[p][m].stats.forward_passes;
+      }
+      std::vector<double> v;
+      for (int rep = 0; rep < repeats; ++rep) v.push_back(per_tok(schema_totals[s][m][rep]));
+      js[modes[m]] = {
+          {"tokens", tokens}, {"forward_passes", passes}, {"ms_per_token_median", median(v)}};
+    }
+    per_schema.push_back(js);
+  }
   report["per_schema"] = per_schema;
   std::cout << report.dump(2) << std::endl;
   return 0;
