@@ -108,6 +108,17 @@ std::string join_alts(const std::vector<std::string>& alts) {
 // A never-matching expression, for rules that must exist but accept nothing.
 const char* kNeverBody = "[^\\x00-\\U0010FFFF]";
 
+// Largest key automaton (DFA states) built for patternProperties before falling back to
+// the approximation.
+constexpr size_t kMaxKeyStates = 2000;
+
+// Alternatives one schema may grow to by expanding dependencies, if/then/else and `not`
+// (each doubles them or so); past it the keyword is left unenforced with a warning.
+constexpr size_t kMaxExpansion = 32;
+
+// (DFA state, length) pairs written for a pattern with minLength/maxLength.
+constexpr size_t kMaxLengthPairs = 4000;
+
 class Converter {
  public:
   Converter(const json& root, const SchemaOptions& opt)
@@ -165,14 +176,32 @@ class Converter {
         auto ad = a->find("additionalProperties");
         if (!extra && ad != a->end() && ad->is_object()) extra = &*ad;
       }
+      // A key without a property schema: the first pattern property it matches, else
+      // additionalProperties.
+      auto other = [&](const std::string& key) -> const json* {
+        for (const json* a : alts) {
+          if (!a->is_object() || !a->contains("patternProperties")) continue;
+          const json& pp = (*a)["patternProperties"];
+          if (!pp.is_object()) continue;
+          for (auto p = pp.begin(); p != pp.end(); ++p) {
+            if (p.key().size() > 200 || key.size() > 1000) continue;
+            try {
+              if (std::regex_search(key, std::regex(p.key(), std::regex::ECMAScript)))
+                return &p.value();
+            } catch (const std::exception&) {
+            }
+          }
+        }
+        return extra ? extra : &kTrue;
+      };
       json out = json::object();
       for (const std::string& k : order) {
         auto it = inst.find(k);
-        if (it != inst.end()) out[k] = reorder(*it, *sub[k], depth + 1);
+        if (it != inst.end())
+          out[k] = reorder(*it, sub[k] == &kTrue ? *other(k) : *sub[k], depth + 1);
       }
       for (auto it = inst.begin(); it != inst.end(); ++it) {
-        if (!sub.count(it.key()))
-          out[it.key()] = reorder(it.value(), extra ? *extra : kTrue, depth + 1);
+        if (!sub.count(it.key())) out[it.key()] = reorder(it.value(), *other(it.key()), depth + 1);
       }
       return out;
     }
@@ -422,12 +451,20 @@ class Converter {
     bool has_all = s->contains("allOf");
     bool has_any = s->contains("anyOf");
     bool has_one = s->contains("oneOf");
-    if (!has_ref && !has_all && !has_any && !has_one) return {s};
+    bool has_dep = has_dependencies(*s);
+    bool has_if = s->contains("if");
+    std::optional<std::vector<json>> not_alts;
+    if (s->contains("not")) not_alts = negate((*s)["not"], 0);
+    if (!has_ref && !has_all && !has_any && !has_one && !has_dep && !has_if && !not_alts)
+      return {s};
     json rest = *s;
     rest.erase("$ref");
     rest.erase("allOf");
     rest.erase("anyOf");
     rest.erase("oneOf");
+    for (const char* k : {"dependencies", "dependentRequired", "dependentSchemas"}) rest.erase(k);
+    for (const char* k : {"if", "then", "else"}) rest.erase(k);
+    if (not_alts) rest.erase("not");
     // The schema's own keywords first, so its property order leads.
     std::vector<const json*> acc = {store(std::move(rest))};
     if (has_ref) {
@@ -437,14 +474,17 @@ class Converter {
       acc = product(acc, alternatives(target.first, target.second, depth + 1), ptr);
     }
     auto combine = [&](const char* kw, bool any) {
-      const json& list = (*s)[kw];
-      if (!list.is_array() || list.empty()) {
+      const json* lp = &(*s)[kw];
+      if (!lp->is_array() || lp->empty()) {
         fail(kw, ptr, std::string(kw) + " must be a non-empty array");
       }
+      if (std::string(kw) == "oneOf") lp = exclusive_branches(*s, ptr);
+      const json& list = *lp;
       if (any) {
         std::vector<const json*> options;
         for (size_t i = 0; i < list.size(); ++i) {
-          auto sub = alternatives(&list[i], ptr + "/" + kw + "/" + std::to_string(i), depth + 1);
+          auto sub = bounded_alternatives(list[i], ptr + "/" + kw + "/" + std::to_string(i),
+                                          depth + 1, 1, options.size());
           options.insert(options.end(), sub.begin(), sub.end());
           if (options.size() > opt_.max_alternatives) {
             fail(kw, ptr, "more than " + std::to_string(opt_.max_alternatives) + " alternatives");
@@ -453,16 +493,421 @@ class Converter {
         acc = product(acc, options, ptr);
       } else {
         for (size_t i = 0; i < list.size(); ++i) {
-          acc = product(acc,
-                        alternatives(&list[i], ptr + "/" + kw + "/" + std::to_string(i), depth + 1),
-                        ptr);
+          std::string iptr = ptr + "/" + kw + "/" + std::to_string(i);
+          acc = product(acc, bounded_alternatives(list[i], iptr, depth + 1, acc.size(), 1), ptr);
         }
       }
     };
     if (has_all) combine("allOf", false);
     if (has_any) combine("anyOf", true);
     if (has_one) combine("oneOf", true);
+    auto stored = [&](std::vector<json> list) {
+      std::vector<const json*> out;
+      for (json& j : list) out.push_back(store(std::move(j)));
+      return out;
+    };
+    if (not_alts) {
+      if (acc.size() * not_alts->size() > kMaxExpansion) {
+        warn("not", ptr + "/not", "too many alternatives to enforce 'not'");
+      } else {
+        acc = product(acc, stored(std::move(*not_alts)), ptr);
+      }
+    }
+    if (has_dep) {
+      for (const char* kw : {"dependentRequired", "dependencies", "dependentSchemas"}) {
+        if (!s->contains(kw) || !(*s)[kw].is_object()) continue;
+        const json& deps = (*s)[kw];
+        for (auto it = deps.begin(); it != deps.end(); ++it) {
+          // Either the key is absent, or it is present together with what it needs.
+          std::string dptr = ptr + "/" + kw + "/" + escape_pointer_token(it.key());
+          std::vector<json> options = {json{{"properties", {{it.key(), false}}}}};
+          json present = json{{"required", json::array({it.key()})}};
+          if (it.value().is_array()) {
+            for (const json& k : it.value()) {
+              if (k.is_string()) present["required"].push_back(k);
+            }
+            options.push_back(std::move(present));
+          } else if (it.value().is_object() || it.value().is_boolean()) {
+            for (const json* a : alternatives(&it.value(), dptr, depth + 1)) {
+              json m = merge(present, *a, dptr);
+              if (!(m.is_boolean() && !m.get<bool>())) options.push_back(std::move(m));
+            }
+          } else {
+            fail(kw, dptr, std::string(kw) + " values must be arrays or schemas");
+          }
+          if (acc.size() * options.size() > kMaxExpansion) {
+            warn(kw, dptr, "too many combinations to enforce '" + it.key() + "'");
+            continue;
+          }
+          acc = product(acc, stored(std::move(options)), ptr);
+        }
+      }
+    }
+    if (has_if) {
+      // (if and then) or (not if and else), when `if` can be negated exactly.
+      std::optional<std::vector<json>> not_if = negate((*s)["if"], 0);
+      if (!not_if) {
+        warn("if", ptr + "/if", "this 'if' cannot be negated in a grammar; if/then/else ignored");
+      } else {
+        static const json kTrue = true;
+        const json& then_s = s->contains("then") ? (*s)["then"] : kTrue;
+        const json& else_s = s->contains("else") ? (*s)["else"] : kTrue;
+        std::vector<const json*> yes;
+        try {
+          yes = product(alternatives(&(*s)["if"], ptr + "/if", depth + 1),
+                        alternatives(&then_s, ptr + "/then", depth + 1), ptr);
+          std::vector<const json*> no = product(
+              stored(std::move(*not_if)), alternatives(&else_s, ptr + "/else", depth + 1), ptr);
+          yes.insert(yes.end(), no.begin(), no.end());
+        } catch (const SchemaError& e) {
+          if (opt_.strict) throw;
+          yes.assign(opt_.max_alternatives + 1, nullptr);  // reported below
+        }
+        if (acc.size() * yes.size() > kMaxExpansion) {
+          warn("if", ptr + "/if", "too many alternatives to enforce if/then/else");
+        } else {
+          acc = product(acc, yes, ptr);
+        }
+      }
+    }
     return acc;
+  }
+
+  // ---- oneOf -----------------------------------------------------------------------------
+
+  // Follows pure $refs (a few hops) to the schema they name.
+  const json* deref(const json* b) {
+    for (int hop = 0;
+         hop < 8 && b->is_object() && b->contains("$ref") && !has_validation(*b, "$ref"); ++hop) {
+      const json& r = (*b)["$ref"];
+      if (!r.is_string()) break;
+      try {
+        b = resolve(r.get<std::string>(), "").first;
+      } catch (const std::exception&) {
+        break;
+      }
+    }
+    return b;
+  }
+
+  // The types a schema allows at its top level (all seven when it has no `type`); integer
+  // is listed with number.
+  static std::set<std::string> top_types(const json& b) {
+    std::set<std::string> t = {"object", "array", "string", "number", "integer", "boolean", "null"};
+    if (!b.is_object() || !b.contains("type")) return t;
+    t.clear();
+    for (const std::string& x : type_list(b["type"])) t.insert(x);
+    if (t.count("number")) t.insert("integer");
+    if (b.contains("nullable") && b["nullable"] == true) t.insert("null");
+    return t;
+  }
+
+  // A branch whose only validation keywords are `required` (and `type: object`): no
+  // document of it is an object without one of its required keys.
+  static bool required_only(const json& b, std::set<std::string>& req, bool& typed_object) {
+    if (!b.is_object() || !b.contains("required") || !b["required"].is_array()) return false;
+    typed_object = false;
+    for (auto it = b.begin(); it != b.end(); ++it) {
+      if (it.key() == "required") continue;
+      if (it.key() == "type" && it.value() == "object") {
+        typed_object = true;
+        continue;
+      }
+      if (is_validation_keyword(it.key())) return false;
+    }
+    for (const json& k : b["required"]) {
+      if (!k.is_string()) return false;
+      req.insert(k.get<std::string>());
+    }
+    return !req.empty();
+  }
+
+  // The values a property can take when a schema fixes them with const/enum.
+  std::optional<json> fixed_values(const json& p) {
+    const json* d = deref(&p);
+    if (!d->is_object()) return std::nullopt;
+    if (d->contains("const")) return json::array({(*d)["const"]});
+    if (d->contains("enum") && (*d)["enum"].is_array()) return (*d)["enum"];
+    return std::nullopt;
+  }
+
+  // True when no document can satisfy both branches (with the parent's `required` and
+  // `type` applying to both): different types, different const/enum values, or a
+  // discriminating property that both fix to different values and one requires.
+  bool provably_disjoint(const json& a, const json& b, const json& parent) {
+    std::set<std::string> ta = top_types(a), tb = top_types(b), tp = top_types(parent);
+    bool common = false;
+    for (const std::string& t : ta) common |= tb.count(t) && tp.count(t);
+    if (!common) return true;
+    auto fa = a.is_object() && (a.contains("const") || a.contains("enum")) ? fixed_values(a)
+                                                                           : std::nullopt;
+    auto fb = b.is_object() && (b.contains("const") || b.contains("enum")) ? fixed_values(b)
+                                                                           : std::nullopt;
+    auto disjoint_values = [](const json& x, const json& y) {
+      for (const json& v : x) {
+        if (std::find(y.begin(), y.end(), v) != y.end()) return false;
+      }
+      return true;
+    };
+    if (fa && fb && disjoint_values(*fa, *fb)) return true;
+    // Both sides must be objects (or only objects are common) for a property to decide.
+    bool objects_only = true;
+    for (const std::string& t : ta) {
+      if (t != "object" && tb.count(t) && tp.count(t)) objects_only = false;
+    }
+    if (!objects_only || !a.is_object() || !b.is_object()) return false;
+    auto required_in = [&](const json& x, const std::string& k) {
+      for (const json* r : {&x, &parent}) {
+        if (r->contains("required") && (*r)["required"].is_array()) {
+          for (const json& q : (*r)["required"]) {
+            if (q == k) return true;
+          }
+        }
+      }
+      return false;
+    };
+    if (!a.contains("properties") || !b.contains("properties")) return false;
+    const json& pa = a["properties"];
+    const json& pb = b["properties"];
+    if (!pa.is_object() || !pb.is_object()) return false;
+    for (auto it = pa.begin(); it != pa.end(); ++it) {
+      auto other = pb.find(it.key());
+      if (other == pb.end()) continue;
+      if (!required_in(a, it.key()) && !required_in(b, it.key())) continue;
+      auto va = fixed_values(it.value()), vb = fixed_values(*other);
+      if (va && vb && disjoint_values(*va, *vb)) return true;
+    }
+    return false;
+  }
+
+  // The branches of a oneOf, rewritten so that a document matches at most one of them:
+  // against a branch that only requires keys, every other branch forbids one of the keys it
+  // does not require itself (alternatives when there is a choice). Pairs of other
+  // branches must be provably disjoint; otherwise oneOf is read as anyOf with a warning.
+  const json* exclusive_branches(const json& s, const std::string& ptr) {
+    const json& list = s["oneOf"];
+    size_t n = list.size();
+    if (n < 2) return &list;
+    std::vector<const json*> raw(n);
+    std::vector<std::set<std::string>> req(n);
+    std::vector<char> req_only(n, 0), typed(n, 0);
+    std::set<std::string> parent_req;
+    if (s.contains("required") && s["required"].is_array()) {
+      for (const json& k : s["required"]) {
+        if (k.is_string()) parent_req.insert(k.get<std::string>());
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      raw[i] = deref(&list[i]);
+      bool t = false;
+      req_only[i] = required_only(*raw[i], req[i], t);
+      typed[i] = t;
+    }
+    bool any_req_only = false;
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < n; ++j) {
+        if (i == j || req_only[j]) continue;
+        if (!provably_disjoint(*raw[i], *raw[j], s)) {
+          warn("oneOf", ptr,
+               "oneOf branches " + std::to_string(i) + " and " + std::to_string(j) +
+                   " may overlap; read as anyOf");
+          return &list;
+        }
+      }
+      any_req_only |= req_only[i] != 0;
+    }
+    if (!any_req_only) return &list;
+    json out = json::array();
+    for (size_t i = 0; i < n; ++i) {
+      // The keys branch i is sure to have: its own required keys and the parent's.
+      std::set<std::string> have = parent_req;
+      if (raw[i]->is_object() && raw[i]->contains("required") && (*raw[i])["required"].is_array()) {
+        for (const json& k : (*raw[i])["required"]) {
+          if (k.is_string()) have.insert(k.get<std::string>());
+        }
+      }
+      std::vector<json> variants = {json::object()};  // forbidden keys per variant
+      bool objects_impossible = false, must_be_object = false;
+      for (size_t j = 0; j < n && !objects_impossible; ++j) {
+        if (i == j || !req_only[j]) continue;
+        if (!typed[j]) must_be_object = true;  // non-objects satisfy branch j
+        std::vector<std::string> choice;
+        for (const std::string& k : req[j]) {
+          if (!have.count(k)) choice.push_back(k);
+        }
+        if (choice.empty()) {
+          objects_impossible = true;
+          break;
+        }
+        std::vector<json> next;
+        for (const json& v : variants) {
+          for (const std::string& k : choice) {
+            json w = v;
+            w[k] = false;
+            if (std::find(next.begin(), next.end(), w) == next.end()) next.push_back(std::move(w));
+          }
+          if (next.size() > 64) {
+            warn("oneOf", ptr, "too many combinations of required keys; oneOf read as anyOf");
+            return &list;
+          }
+        }
+        variants = std::move(next);
+      }
+      if (objects_impossible) {
+        if (must_be_object) continue;  // branch i can never be the only match
+        out.push_back(json{{"allOf", json::array({list[i], json{{"not", {{"type", "object"}}}}})}});
+        continue;
+      }
+      json alts = json::array();
+      for (json& v : variants) {
+        json extra = json{{"properties", std::move(v)}};
+        if (must_be_object) extra["type"] = "object";
+        alts.push_back(json{{"allOf", json::array({list[i], std::move(extra)})}});
+      }
+      if (alts.size() == 1) {
+        out.push_back(std::move(alts[0]));
+      } else {
+        out.push_back(json{{"anyOf", std::move(alts)}});
+      }
+    }
+    if (out.empty()) out.push_back(false);
+    return store(std::move(out));
+  }
+
+  static bool has_dependencies(const json& s) {
+    for (const char* k : {"dependencies", "dependentRequired", "dependentSchemas"}) {
+      auto it = s.find(k);
+      if (it != s.end() && !(it->is_object() && it->empty())) return true;
+    }
+    return false;
+  }
+
+  static bool trivially_true(const json& x) {
+    if (x.is_boolean()) return x.get<bool>();
+    if (!x.is_object()) return false;
+    for (auto it = x.begin(); it != x.end(); ++it) {
+      if (is_validation_keyword(it.key())) return false;
+    }
+    return true;
+  }
+
+  // The complement of a schema as a disjunction of simple schemas, for the forms a grammar
+  // can express: booleans, `type`, `required`, properties fixed by const/enum (or typed),
+  // and allOf/anyOf of those. nullopt for anything else (const/enum at the top are left to
+  // visit_simple, which removes the values).
+  std::optional<std::vector<json>> negate(const json& x0, int depth) {
+    if (depth > 8) return std::nullopt;
+    const json* x = deref(&x0);
+    if (x->is_boolean()) return std::vector<json>{json(!x->get<bool>())};
+    if (!x->is_object()) return std::nullopt;
+    std::vector<std::string> kws;
+    for (auto it = x->begin(); it != x->end(); ++it) {
+      if (is_validation_keyword(it.key())) kws.push_back(it.key());
+    }
+    if (kws.empty()) return std::vector<json>{json(false)};
+    if (kws.size() == 1 && (kws[0] == "allOf" || kws[0] == "anyOf")) {
+      const json& list = (*x)[kws[0]];
+      if (!list.is_array() || list.empty()) return std::nullopt;
+      std::vector<json> out;
+      if (kws[0] == "allOf") {  // not (A and B) = not A or not B
+        for (const json& sub : list) {
+          auto n = negate(sub, depth + 1);
+          if (!n) return std::nullopt;
+          out.insert(out.end(), n->begin(), n->end());
+        }
+      } else {  // not (A or B) = not A and not B
+        out = {json(true)};
+        for (const json& sub : list) {
+          auto n = negate(sub, depth + 1);
+          if (!n) return std::nullopt;
+          std::vector<json> next;
+          for (const json& a : out) {
+            for (const json& b : *n) {
+              json m = merge(a, b, "");
+              if (!(m.is_boolean() && !m.get<bool>())) next.push_back(std::move(m));
+            }
+          }
+          if (next.size() > 64) return std::nullopt;
+          out = std::move(next);
+        }
+      }
+      if (out.empty()) out.push_back(json(false));
+      return out;
+    }
+    for (const std::string& k : kws) {
+      if (k != "type" && k != "required" && k != "properties") return std::nullopt;
+    }
+    std::vector<json> out;
+    std::set<std::string> types = top_types(*x);
+    if (x->contains("type")) {
+      json others = json::array();
+      for (const char* t : {"object", "array", "string", "number", "boolean", "null"}) {
+        if (!types.count(t)) others.push_back(t);
+      }
+      // number without integer: the non-integral numbers cannot be written as a type.
+      if (!types.count("number") && types.count("integer")) return std::nullopt;
+      if (!others.empty()) out.push_back(json{{"type", others}});
+    }
+    if (types.count("object")) {
+      if (x->contains("required")) {
+        const json& r = (*x)["required"];
+        if (!r.is_array()) return std::nullopt;
+        for (const json& k : r) {
+          if (!k.is_string()) return std::nullopt;
+          out.push_back(json{{"type", "object"}, {"properties", {{k.get<std::string>(), false}}}});
+        }
+      }
+      if (x->contains("properties")) {
+        const json& props = (*x)["properties"];
+        if (!props.is_object()) return std::nullopt;
+        for (auto it = props.begin(); it != props.end(); ++it) {
+          if (trivially_true(it.value())) continue;
+          json inner;
+          const json* v = deref(&it.value());
+          if (v->is_boolean()) {
+            inner = true;  // `false`: having the key at all breaks the schema
+          } else if (auto vals = fixed_values(*v)) {
+            for (const json& e : *vals) {
+              if (e.is_object() || e.is_array()) return std::nullopt;
+            }
+            for (auto k = v->begin(); k != v->end(); ++k) {
+              if (is_validation_keyword(k.key()) && k.key() != "const" && k.key() != "enum" &&
+                  k.key() != "type")
+                return std::nullopt;
+            }
+            // Outside the values, or outside the type.
+            json alts = json::array({json{{"not", {{"enum", *vals}}}}});
+            if (v->contains("type")) alts.push_back(json{{"not", {{"type", (*v)["type"]}}}});
+            inner = alts.size() == 1 ? alts[0] : json{{"anyOf", alts}};
+          } else if (v->is_object() && v->size() == 1 && v->contains("type")) {
+            inner = json{{"not", {{"type", (*v)["type"]}}}};
+          } else {
+            return std::nullopt;
+          }
+          out.push_back(json{{"type", "object"},
+                             {"required", json::array({it.key()})},
+                             {"properties", {{it.key(), inner}}}});
+        }
+      }
+    }
+    if (out.empty()) out.push_back(json(false));
+    return out;
+  }
+
+  // alternatives() of a combinator's item, where `factor` * n + `offset` alternatives must
+  // stay within the limit: an item whose if/then/else would pass it has that part left
+  // unenforced (warning) instead of failing the whole schema.
+  std::vector<const json*> bounded_alternatives(const json& item, const std::string& iptr,
+                                                int depth, size_t factor, size_t offset) {
+    auto sub = alternatives(&item, iptr, depth);
+    if (factor * sub.size() + offset > opt_.max_alternatives && item.is_object() &&
+        item.contains("if")) {
+      warn("if", iptr + "/if", "too many alternatives to enforce if/then/else");
+      json stripped = item;
+      for (const char* k : {"if", "then", "else"}) stripped.erase(k);
+      sub = alternatives(store(std::move(stripped)), iptr, depth);
+    }
+    return sub;
   }
 
   std::vector<const json*> product(const std::vector<const json*>& a,
@@ -484,10 +929,27 @@ class Converter {
     return out;
   }
 
-  static json all_of(const json& a, const json& b) {
+  // Schemas whose keywords are only `type`, `const`, `enum` and `not` of const/enum: they
+  // merge eagerly, so contradictions (two different discriminator values) show up early.
+  static bool value_only(const json& x) {
+    if (!x.is_object()) return false;
+    for (auto it = x.begin(); it != x.end(); ++it) {
+      const std::string& k = it.key();
+      if (!is_validation_keyword(k) || k == "type" || k == "const" || k == "enum") continue;
+      if (k == "not" && it.value().is_object() && it.value().size() == 1 &&
+          (it.value().contains("enum") || it.value().contains("const")))
+        continue;
+      return false;
+    }
+    return true;
+  }
+
+  json all_of(const json& a, const json& b) {
     if (a.is_boolean() && a.get<bool>()) return b;
     if (b.is_boolean() && b.get<bool>()) return a;
     if (a == b) return a;
+    if (value_only(a) && value_only(b) && !(a.contains("not") && b.contains("not")))
+      return merge(a, b, "");
     return json{{"allOf", json::array({a, b})}};
   }
 
@@ -609,6 +1071,32 @@ class Converter {
         warn(k, ptr, "conflicting values of '" + k + "' in allOf; the first is enforced");
       }
     }
+    // A required property that can take no value: nothing matches.
+    if (out.contains("required") && out["required"].is_array() && out.contains("properties") &&
+        out["properties"].is_object()) {
+      for (const json& r : out["required"]) {
+        if (!r.is_string()) continue;
+        auto p = out["properties"].find(r.get<std::string>());
+        if (p != out["properties"].end() && p->is_boolean() && !p->get<bool>()) return json(false);
+      }
+    }
+    // Values excluded by `not` of const/enum.
+    if ((out.contains("const") || out.contains("enum")) && out.contains("not") &&
+        out["not"].is_object() && out["not"].size() == 1) {
+      const json& n = out["not"];
+      json banned = n.contains("const") ? json::array({n["const"]}) : n.value("enum", json());
+      json vals = out.contains("const") ? json::array({out["const"]}) : out["enum"];
+      if (banned.is_array() && vals.is_array()) {
+        json kept = json::array();
+        for (const json& v : vals) {
+          if (std::find(banned.begin(), banned.end(), v) == banned.end()) kept.push_back(v);
+        }
+        if (kept.empty()) return json(false);
+        out.erase("const");
+        out.erase("not");
+        out["enum"] = kept;
+      }
+    }
     // "const"/"enum" from both sides are already intersected; enum with const on the other.
     if (out.contains("const") && out.contains("enum")) {
       json both = json::array();
@@ -640,7 +1128,8 @@ class Converter {
       auto target = resolve(ref.get<std::string>(), ptr);
       return pointer_rule(*target.first, target.second, depth);
     }
-    if (s.contains("$ref") || s.contains("allOf") || s.contains("anyOf") || s.contains("oneOf")) {
+    if (s.contains("$ref") || s.contains("allOf") || s.contains("anyOf") || s.contains("oneOf") ||
+        has_dependencies(s) || s.contains("if") || (s.contains("not") && negate(s["not"], 0))) {
       std::string key = s.dump();
       bool memo = key.size() < 20000;
       if (memo) {
@@ -693,13 +1182,11 @@ class Converter {
       if (k == "uniqueItems") {
         if (v.is_boolean() && v.get<bool>()) warn(k, ptr, "uniqueItems is not enforced");
       } else if (k == "contains" || k == "minContains" || k == "maxContains" ||
-                 k == "propertyNames" || k == "if" || k == "then" || k == "else" ||
-                 k == "unevaluatedItems" || k == "$dynamicRef" || k == "$recursiveRef") {
+                 k == "propertyNames" || k == "unevaluatedItems" || k == "$dynamicRef" ||
+                 k == "$recursiveRef") {
         if (!(v.is_boolean() && v.get<bool>())) warn(k, ptr, "'" + k + "' is not enforced");
       } else if (k == "unevaluatedProperties") {
         if (!(v.is_boolean() && v.get<bool>())) warn(k, ptr, "'" + k + "' is not enforced");
-      } else if (k == "dependencies" || k == "dependentRequired" || k == "dependentSchemas") {
-        if (!(v.is_object() && v.empty())) warn(k, ptr, "'" + k + "' is not enforced");
       }
     }
   }
@@ -728,8 +1215,15 @@ class Converter {
       types.insert("null");
     }
     if (types.count("number")) types.erase("integer");
-    if (s.contains("not")) apply_not(s["not"], types, ptr + "/not");
-    if (s.contains("enum") || s.contains("const")) return enum_values(s, types, ptr);
+    json excluded = json::array();  // scalar values `not` rules out
+    if (s.contains("not")) apply_not(s["not"], types, excluded, ptr + "/not");
+    if (s.contains("enum") || s.contains("const")) return enum_values(s, types, ptr, excluded);
+    std::vector<std::string> excluded_strings;
+    bool excluded_numbers = false;
+    for (const json& v : excluded) {
+      if (v.is_string()) excluded_strings.push_back(v.get<std::string>());
+      if (v.is_number()) excluded_numbers = true;
+    }
     std::vector<std::string> alts;
     for (const char* t : {"object", "array", "string", "number", "integer", "boolean", "null"}) {
       if (!types.count(t)) continue;
@@ -741,10 +1235,23 @@ class Converter {
         e = gen_array(s, ptr, depth);
       } else if (type == "string") {
         e = gen_string(s, ptr);
+        if (!e.empty() && !excluded_strings.empty()) {
+          if (e == string_rule()) {
+            e = key_not_in(excluded_strings);  // any string but these (canonical encoding)
+          } else {
+            warn("not", ptr + "/not", "excluded string values are not enforced on this string");
+          }
+        }
       } else if (type == "number" || type == "integer") {
         e = gen_number(s, ptr, type == "integer");
+        if (excluded_numbers) warn("not", ptr + "/not", "excluded numbers are not enforced");
       } else if (type == "boolean") {
-        e = "(\"true\" | \"false\")";
+        std::vector<std::string> bools;
+        for (bool b : {true, false}) {
+          if (std::find(excluded.begin(), excluded.end(), json(b)) == excluded.end())
+            bools.push_back(b ? "\"true\"" : "\"false\"");
+        }
+        e = bools.empty() ? "" : "(" + join_alts(bools) + ")";
       } else {
         e = "\"null\"";
       }
@@ -765,7 +1272,34 @@ class Converter {
     return !e.empty();
   }
 
-  void apply_not(const json& n, std::set<std::string>& types, const std::string& ptr) {
+  void apply_not(const json& n0, std::set<std::string>& types, json& excluded,
+                 const std::string& ptr, int depth = 0) {
+    const json& n = *deref(&n0);
+    if (n.is_object() && depth < 8 && n.contains("anyOf") && n["anyOf"].is_array() &&
+        !has_validation(n, "anyOf")) {
+      // not (A or B) = not A and not B.
+      for (const json& sub : n["anyOf"]) apply_not(sub, types, excluded, ptr, depth + 1);
+      return;
+    }
+    if (n.is_object() && (n.contains("enum") || n.contains("const"))) {
+      bool simple = true;
+      for (auto it = n.begin(); it != n.end(); ++it) {
+        if (is_validation_keyword(it.key()) && it.key() != "enum" && it.key() != "const")
+          simple = false;
+      }
+      auto vals = fixed_values(n);
+      if (simple && vals && vals->is_array()) {
+        bool scalars = true;
+        for (const json& v : *vals) scalars &= !v.is_object() && !v.is_array();
+        if (scalars) {
+          for (const json& v : *vals) {
+            if (v.is_null()) types.erase("null");
+            excluded.push_back(v);
+          }
+          return;
+        }
+      }
+    }
     if (n.is_boolean()) {
       if (n.get<bool>()) types.clear();
       return;
@@ -830,8 +1364,8 @@ class Converter {
     return gbnf::literal(v.dump(-1, ' ', false, json::error_handler_t::replace));
   }
 
-  std::string enum_values(const json& s, const std::set<std::string>& types,
-                          const std::string& ptr) {
+  std::string enum_values(const json& s, const std::set<std::string>& types, const std::string& ptr,
+                          const json& excluded) {
     json values = json::array();
     if (s.contains("const")) values.push_back(s["const"]);
     if (s.contains("enum")) {
@@ -853,6 +1387,7 @@ class Converter {
     for (const json& v : values) {
       if (!type_matches(v, types)) continue;
       if (!value_fits(v, s)) continue;
+      if (std::find(excluded.begin(), excluded.end(), v) != excluded.end()) continue;
       std::string lit = literal_value(v);
       if (seen.insert(lit).second) alts.push_back(lit);
     }
@@ -978,6 +1513,21 @@ class Converter {
       ro.search = true;
       ro.max_repeat = opt_.max_repeat;
       ro.on_warning = [&](const std::string& m) { warn("pattern", ptr, m); };
+      if ((min_len || max_len) && lo <= opt_.max_repeat && hi <= opt_.max_repeat) {
+        // Length bounds with a pattern: the pattern's automaton times a length counter.
+        try {
+          regex_detail::KeyClassifier dfa({pat}, {}, ro, kMaxKeyStates);
+          const auto& sigs = dfa.signatures();
+          for (size_t i = 0; i < sigs.size(); ++i) {
+            if (sigs[i].patterns.empty()) continue;
+            std::string e = dfa.bounded_expression(i, lo, hi, rules_, kMaxLengthPairs);
+            return e.empty() ? "" : rules_.add(hint_of(ptr), e);
+          }
+          return "";  // the pattern matches nothing
+        } catch (const RegexError&) {
+          // Too large or unsupported: handled below.
+        }
+      }
       try {
         std::string e =
             regex_detail::regex_expression(pat, rules_, regex_detail::Encoding::JsonString, ro);
@@ -1306,6 +1856,58 @@ class Converter {
           gbnf::literal(json(key).dump(-1, ' ', false, json::error_handler_t::replace));
       return klit + " " + colon() + " " + value;
     };
+    // With patternProperties, key classes decide exactly which schemas a key's value must
+    // satisfy (every matching pattern, the named property, or additionalProperties).
+    std::optional<regex_detail::KeyClassifier> classes;
+    std::vector<const json*> pat_schemas;
+    std::vector<std::string> pat_ptrs;
+    if (pats) {
+      std::vector<std::string> pat_list, names;
+      for (auto it = pats->begin(); it != pats->end(); ++it) {
+        pat_list.push_back(it.key());
+        pat_schemas.push_back(&it.value());
+        pat_ptrs.push_back(ptr + "/patternProperties/" + escape_pointer_token(it.key()));
+      }
+      if (s.contains("properties") && s["properties"].is_object()) {
+        for (auto it = s["properties"].begin(); it != s["properties"].end(); ++it)
+          names.push_back(it.key());
+      }
+      for (const std::string& r : required) names.push_back(r);
+      RegexOptions ro;
+      ro.search = true;
+      ro.max_repeat = opt_.max_repeat;
+      ro.on_warning = [&](const std::string& m) { warn("patternProperties", ptr, m); };
+      try {
+        classes.emplace(pat_list, names, ro, kMaxKeyStates);
+      } catch (const RegexError& e) {
+        warn("patternProperties", ptr,
+             std::string("keys matching several patterns, named keys or additional keys are "
+                         "not told apart: ") +
+                 e.what());
+      }
+    }
+    // The value expression for a named key: its own schema (if any) and every matching
+    // pattern's schema; additionalProperties when neither applies.
+    auto named_value = [&](const std::string& key, const json* own, const std::string& vptr) {
+      std::vector<const json*> parts;
+      if (own) parts.push_back(own);
+      if (classes) {
+        const auto& sig = classes->signatures()[classes->classify(key)];
+        for (size_t p : sig.patterns) parts.push_back(pat_schemas[p]);
+      }
+      if (parts.empty()) return add_expr;
+      if (parts.size() == 1) return visit(*parts[0], vptr, depth + 1);
+      json all = json::array();
+      for (const json* x : parts) all.push_back(*x);
+      try {
+        return visit(*store(json{{"allOf", std::move(all)}}), vptr, depth + 1);
+      } catch (const SchemaError& e) {
+        if (opt_.strict) throw;
+        warn("patternProperties", vptr,
+             "the patterns matching '" + key + "' are not applied to it: " + e.what());
+        return own ? visit(*own, vptr, depth + 1) : add_expr;
+      }
+    };
     std::set<std::string> named;
     if (s.contains("properties")) {
       const json& p = s["properties"];
@@ -1314,8 +1916,8 @@ class Converter {
         fail("properties", ptr, "more than " + std::to_string(opt_.max_properties) + " properties");
       }
       for (auto it = p.begin(); it != p.end(); ++it) {
-        std::string v =
-            visit(it.value(), ptr + "/properties/" + escape_pointer_token(it.key()), depth + 1);
+        std::string v = named_value(it.key(), &it.value(),
+                                    ptr + "/properties/" + escape_pointer_token(it.key()));
         Prop pr{it.key(), v.empty() ? "" : member(it.key(), v), required.count(it.key()) != 0};
         if (pr.kv.empty() && pr.required) return "";
         named.insert(it.key());
@@ -1326,7 +1928,9 @@ class Converter {
     for (const std::string& r : required) {
       if (named.count(r)) continue;
       std::string v = add_expr;
-      if (pats) {
+      if (classes) {
+        v = named_value(r, nullptr, ptr + "/required");
+      } else if (pats) {
         // A required key matched by a pattern takes that schema (approximated: any value).
         v = any_value();
       }
@@ -1336,7 +1940,27 @@ class Converter {
     }
     // Extra members: pattern properties and additional properties.
     std::vector<std::string> extra_alts;
-    if (pats) {
+    if (classes) {
+      const auto& sigs = classes->signatures();
+      for (size_t i = 0; i < sigs.size(); ++i) {
+        if (sigs[i].name >= 0) continue;
+        std::string v;
+        if (sigs[i].patterns.empty()) {
+          v = add_expr;
+        } else if (sigs[i].patterns.size() == 1) {
+          size_t p = sigs[i].patterns[0];
+          v = visit(*pat_schemas[p], pat_ptrs[p], depth + 1);
+        } else {
+          json all = json::array();
+          for (size_t p : sigs[i].patterns) all.push_back(*pat_schemas[p]);
+          v = visit(*store(json{{"allOf", std::move(all)}}), ptr + "/patternProperties", depth + 1);
+        }
+        if (v.empty()) continue;
+        std::string k = classes->key_expression(i, rules_);
+        if (k.empty()) continue;
+        extra_alts.push_back(k + " " + colon() + " " + v);
+      }
+    } else if (pats) {
       for (auto it = pats->begin(); it != pats->end(); ++it) {
         std::string v = visit(
             it.value(), ptr + "/patternProperties/" + escape_pointer_token(it.key()), depth + 1);
@@ -1354,7 +1978,7 @@ class Converter {
         }
       }
     }
-    if (!add_expr.empty()) {
+    if (!add_expr.empty() && !classes) {
       std::vector<std::string> keys(named.begin(), named.end());
       extra_alts.push_back(key_not_in(keys) + " " + colon() + " " + add_expr);
     }

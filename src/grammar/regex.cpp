@@ -5,6 +5,7 @@
 #endif
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -791,6 +792,338 @@ bool simple_repeat(std::string_view pattern, gbnf::CharSet& set, long& min, long
     return true;
   }
   return false;
+}
+
+// ---- key classifier: NFA from the parsed patterns, subset construction ----------------
+
+namespace {
+
+// Thompson NFA over code points; marks say which pattern or name a string ending in a
+// state matches.
+class KeyNfa {
+ public:
+  explicit KeyNfa(size_t max_states) : max_states_(max_states) { add_state(); }
+
+  int add_state() {
+    if (eps_.size() >= max_states_) throw RegexError("key automaton too large", 0);
+    eps_.emplace_back();
+    edges_.emplace_back();
+    marks_.emplace_back();
+    return static_cast<int>(eps_.size() - 1);
+  }
+  void eps(int a, int b) { eps_[static_cast<size_t>(a)].push_back(b); }
+  void edge(int a, const CharSet& s, int b) {
+    if (!s.empty()) edges_[static_cast<size_t>(a)].push_back({s, b});
+  }
+  void mark(int s, int m) { marks_[static_cast<size_t>(s)].push_back(m); }
+
+  // Builds n from `from`; returns the state reached at its end.
+  int build(const Node& n, int from) {
+    switch (n.kind) {
+      case Node::Kind::Chars: {
+        int to = add_state();
+        edge(from, n.chars, to);
+        return to;
+      }
+      case Node::Kind::Seq: {
+        int cur = from;
+        for (const Node& k : n.kids) cur = build(k, cur);
+        return cur;
+      }
+      case Node::Kind::Alt: {
+        int to = add_state();
+        for (const Node& k : n.kids) {
+          int s = add_state();
+          eps(from, s);
+          eps(build(k, s), to);
+        }
+        return to;
+      }
+      case Node::Kind::Repeat: {
+        int cur = from;
+        for (long i = 0; i < n.min; ++i) cur = build(n.kids[0], cur);
+        if (n.max < 0) {
+          int loop = add_state();
+          eps(cur, loop);
+          int body = add_state();
+          eps(loop, body);
+          eps(build(n.kids[0], body), loop);
+          return loop;
+        }
+        int to = add_state();
+        eps(cur, to);
+        for (long i = n.min; i < n.max; ++i) {
+          cur = build(n.kids[0], cur);
+          eps(cur, to);
+        }
+        return to;
+      }
+      case Node::Kind::Start:
+      case Node::Kind::End:
+        throw RegexError("anchors are only supported at the start and end of the pattern", 0);
+    }
+    return from;
+  }
+
+  // Adds the ε-closure of `set` to it, sorted and unique.
+  void close(std::vector<int>& set) const {
+    std::vector<int> work = set;
+    std::vector<char> in(eps_.size(), 0);
+    for (int s : set) in[static_cast<size_t>(s)] = 1;
+    while (!work.empty()) {
+      int s = work.back();
+      work.pop_back();
+      for (int t : eps_[static_cast<size_t>(s)]) {
+        if (!in[static_cast<size_t>(t)]) {
+          in[static_cast<size_t>(t)] = 1;
+          set.push_back(t);
+          work.push_back(t);
+        }
+      }
+    }
+    std::sort(set.begin(), set.end());
+  }
+
+  const std::vector<std::pair<CharSet, int>>& edges(int s) const {
+    return edges_[static_cast<size_t>(s)];
+  }
+  const std::vector<int>& marks(int s) const { return marks_[static_cast<size_t>(s)]; }
+
+ private:
+  size_t max_states_;
+  std::vector<std::vector<int>> eps_;
+  std::vector<std::vector<std::pair<CharSet, int>>> edges_;
+  std::vector<std::vector<int>> marks_;  // pattern i: i; name j: -1 - j
+};
+
+}  // namespace
+
+KeyClassifier::KeyClassifier(const std::vector<std::string>& patterns,
+                             const std::vector<std::string>& names, const RegexOptions& options,
+                             size_t max_states) {
+  KeyNfa nfa(max_states * 8);
+  const CharSet any = CharSet::all();
+  for (size_t p = 0; p < patterns.size(); ++p) {
+    Node root = Parser(patterns[p], options).parse();
+    std::vector<Branch> branches;
+    split_branches(root, branches, 64);
+    for (const Branch& b : branches) {
+      Node seq;
+      seq.kind = Node::Kind::Seq;
+      seq.kids = b.items;
+      if (contains_empty_class(seq)) continue;
+      int s = nfa.add_state();
+      nfa.eps(0, s);
+      if (!b.start) nfa.edge(s, any, s);  // search: anything before the match
+      int e = nfa.build(seq, s);
+      if (!b.end) {
+        int tail = nfa.add_state();  // search: anything after the match
+        nfa.eps(e, tail);
+        nfa.edge(tail, any, tail);
+        e = tail;
+      }
+      nfa.mark(e, static_cast<int>(p));
+    }
+  }
+  for (size_t j = 0; j < names.size(); ++j) {
+    int cur = 0;
+    size_t pos = 0;
+    const std::string& k = names[j];
+    while (pos < k.size()) {
+      uint32_t c;
+      if (!gbnf::decode_utf8(k, pos, c)) c = static_cast<unsigned char>(k[pos++]);
+      int to = nfa.add_state();
+      nfa.edge(cur, CharSet::of(c), to);
+      cur = to;
+    }
+    if (cur == 0) {  // the empty name: a fresh state reached by ε
+      cur = nfa.add_state();
+      nfa.eps(0, cur);
+    }
+    nfa.mark(cur, -1 - static_cast<int>(j));
+  }
+  // Subset construction.
+  std::map<std::vector<int>, int> ids;
+  std::vector<std::vector<int>> sets;
+  std::map<Signature, size_t> sig_ids;
+  auto intern = [&](std::vector<int> set) {
+    nfa.close(set);
+    auto it = ids.find(set);
+    if (it != ids.end()) return it->second;
+    if (sets.size() >= max_states) throw RegexError("key automaton too large", 0);
+    int id = static_cast<int>(sets.size());
+    ids.emplace(set, id);
+    Signature sig;
+    for (int s : set) {
+      for (int m : nfa.marks(s)) {
+        if (m >= 0) {
+          sig.patterns.push_back(static_cast<size_t>(m));
+        } else if (sig.name < 0) {
+          sig.name = -1 - m;
+        }
+      }
+    }
+    std::sort(sig.patterns.begin(), sig.patterns.end());
+    sig.patterns.erase(std::unique(sig.patterns.begin(), sig.patterns.end()), sig.patterns.end());
+    auto [sit, fresh] = sig_ids.emplace(sig, sigs_.size());
+    if (fresh) sigs_.push_back(sig);
+    sets.push_back(std::move(set));
+    states_.push_back({{}, sit->second});
+    return id;
+  };
+  intern({0});
+  for (size_t d = 0; d < sets.size(); ++d) {
+    // Split the code points at every range boundary of the outgoing edges.
+    std::vector<uint32_t> cuts = {0};
+    for (int s : sets[d]) {
+      for (const auto& [cs, t] : nfa.edges(s)) {
+        for (const CharSet::Range& r : cs.ranges()) {
+          cuts.push_back(r.lo);
+          if (r.hi < gbnf::kMaxCodePoint) cuts.push_back(r.hi + 1);
+        }
+      }
+    }
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    std::map<int, CharSet> by_target;
+    for (size_t i = 0; i < cuts.size(); ++i) {
+      uint32_t lo = cuts[i];
+      uint32_t hi = i + 1 < cuts.size() ? cuts[i + 1] - 1 : gbnf::kMaxCodePoint;
+      std::vector<int> target;
+      for (int s : sets[d]) {
+        for (const auto& [cs, t] : nfa.edges(s)) {
+          if (cs.contains(lo)) target.push_back(t);
+        }
+      }
+      std::sort(target.begin(), target.end());
+      target.erase(std::unique(target.begin(), target.end()), target.end());
+      int id = intern(std::move(target));
+      by_target[id].add(lo, hi);
+    }
+    for (auto& [t, cs] : by_target) states_[d].next.push_back({std::move(cs), t});
+  }
+}
+
+size_t KeyClassifier::classify(std::string_view key) const {
+  size_t cur = 0;
+  size_t pos = 0;
+  while (pos < key.size()) {
+    uint32_t c;
+    if (!gbnf::decode_utf8(key, pos, c)) c = static_cast<unsigned char>(key[pos++]);
+    for (const auto& [cs, t] : states_[cur].next) {
+      if (cs.contains(c)) {
+        cur = static_cast<size_t>(t);
+        break;
+      }
+    }
+  }
+  return states_[cur].sig;
+}
+
+std::string KeyClassifier::key_expression(size_t sig, gbnf::RuleSet& rules) const {
+  // States from which a string of class `sig` can still end.
+  std::vector<std::vector<size_t>> back(states_.size());
+  for (size_t s = 0; s < states_.size(); ++s) {
+    for (const auto& [cs, t] : states_[s].next) back[static_cast<size_t>(t)].push_back(s);
+  }
+  std::vector<char> live(states_.size(), 0);
+  std::vector<size_t> work;
+  for (size_t s = 0; s < states_.size(); ++s) {
+    if (states_[s].sig == sig) live[s] = 1, work.push_back(s);
+  }
+  while (!work.empty()) {
+    size_t s = work.back();
+    work.pop_back();
+    for (size_t p : back[s]) {
+      if (!live[p]) live[p] = 1, work.push_back(p);
+    }
+  }
+  if (!live[0]) return "";
+  std::vector<std::string> names(states_.size());
+  for (size_t s = 0; s < states_.size(); ++s) {
+    if (live[s]) names[s] = rules.reserve("key-class");
+  }
+  for (size_t s = 0; s < states_.size(); ++s) {
+    if (!live[s]) continue;
+    std::string body;
+    if (states_[s].sig == sig) body = "\"\\\"\"";
+    for (const auto& [cs, t] : states_[s].next) {
+      if (!live[static_cast<size_t>(t)]) continue;
+      std::string ch = char_expression(cs, rules, Encoding::JsonString);
+      if (ch.empty()) continue;
+      if (ch.find(' ') != std::string::npos) ch = "(" + ch + ")";
+      if (!body.empty()) body += " | ";
+      body += ch + " " + names[static_cast<size_t>(t)];
+    }
+    rules.define(names[s], body.empty() ? "[^\\x00-\\U0010FFFF]" : body);
+  }
+  return "\"\\\"\" " + names[0];
+}
+
+std::string KeyClassifier::bounded_expression(size_t sig, long min, long max, gbnf::RuleSet& rules,
+                                              size_t max_pairs) const {
+  // Pairs (state, length so far); without a maximum the length saturates at the minimum.
+  const long cap = max >= 0 ? max : min;
+  auto key = [&](size_t s, long c) {
+    return s * static_cast<size_t>(cap + 1) + static_cast<size_t>(c);
+  };
+  std::map<size_t, std::string> names;
+  std::vector<std::pair<size_t, long>> work = {{0, 0}};
+  std::vector<std::pair<size_t, long>> order;
+  names[key(0, 0)] = "";
+  while (!work.empty()) {
+    auto [s, c] = work.back();
+    work.pop_back();
+    order.push_back({s, c});
+    if (order.size() > max_pairs) throw RegexError("pattern with length bounds too large", 0);
+    if (max >= 0 && c >= max) continue;
+    long nc = max >= 0 ? c + 1 : std::min(c + 1, cap);
+    for (const auto& [cs, t] : states_[s].next) {
+      if (names.emplace(key(static_cast<size_t>(t), nc), "").second)
+        work.push_back({static_cast<size_t>(t), nc});
+    }
+  }
+  // Pairs from which an accepted end is reachable.
+  std::map<size_t, std::vector<size_t>> back;
+  std::vector<size_t> live_work;
+  std::map<size_t, bool> live;
+  for (auto [s, c] : order) {
+    if (states_[s].sig == sig && c >= min) live[key(s, c)] = true, live_work.push_back(key(s, c));
+    if (max >= 0 && c >= max) continue;
+    long nc = max >= 0 ? c + 1 : std::min(c + 1, cap);
+    for (const auto& [cs, t] : states_[s].next)
+      back[key(static_cast<size_t>(t), nc)].push_back(key(s, c));
+  }
+  while (!live_work.empty()) {
+    size_t k = live_work.back();
+    live_work.pop_back();
+    for (size_t p : back[k]) {
+      if (!live[p]) live[p] = true, live_work.push_back(p);
+    }
+  }
+  if (!live[key(0, 0)]) return "";
+  for (auto [s, c] : order) {
+    if (live[key(s, c)]) names[key(s, c)] = rules.reserve("str-len");
+  }
+  for (auto [s, c] : order) {
+    if (!live[key(s, c)]) continue;
+    std::string body;
+    if (states_[s].sig == sig && c >= min) body = "\"\\\"\"";
+    if (max < 0 || c < max) {
+      long nc = max >= 0 ? c + 1 : std::min(c + 1, cap);
+      for (const auto& [cs, t] : states_[s].next) {
+        size_t k = key(static_cast<size_t>(t), nc);
+        if (!live[k]) continue;
+        std::string ch = char_expression(cs, rules, Encoding::JsonString);
+        if (ch.empty()) continue;
+        if (ch.find(' ') != std::string::npos) ch = "(" + ch + ")";
+        if (!body.empty()) body += " | ";
+        body += ch + " " + names[k];
+      }
+    }
+    rules.define(names[key(s, c)], body.empty() ? "[^\\x00-\\U0010FFFF]" : body);
+  }
+  return "\"\\\"\" " + names[key(0, 0)];
 }
 
 }  // namespace regex_detail

@@ -2,8 +2,10 @@
 // writes its language into a gbnf::RuleSet, over raw text or inside a JSON string.
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "grammar/regex_gbnf.h"
 #include "lacuna/regex.h"
@@ -28,5 +30,47 @@ std::string char_expression(const gbnf::CharSet& set, gbnf::RuleSet& rules, Enco
 // (like ^[a-z0-9]{2,8}$), returns true and fills the class and the bounds
 // (max = -1: unbounded). Used to intersect with minLength/maxLength exactly.
 bool simple_repeat(std::string_view pattern, gbnf::CharSet& set, long& min, long& max);
+
+// A deterministic automaton over code points that sorts property names into classes: which
+// of `patterns` (search semantics, as JSON Schema's patternProperties) a name matches and
+// which of `names` it equals. Used to give each key the value schema(s) it must satisfy
+// exactly, and to write "a key in class C" as a grammar.
+class KeyClassifier {
+ public:
+  struct Signature {
+    std::vector<size_t> patterns;  // indices into `patterns`, ascending
+    int name = -1;                 // index into `names`, or -1
+    bool operator<(const Signature& o) const {
+      return patterns != o.patterns ? patterns < o.patterns : name < o.name;
+    }
+    bool operator==(const Signature& o) const { return patterns == o.patterns && name == o.name; }
+  };
+
+  // Throws RegexError for a pattern the converter does not support, and when the automaton
+  // grows past `max_states` (NFA or DFA).
+  KeyClassifier(const std::vector<std::string>& patterns, const std::vector<std::string>& names,
+                const RegexOptions& options, size_t max_states);
+
+  // Every class some string falls into (including the one of names matching nothing).
+  const std::vector<Signature>& signatures() const { return sigs_; }
+  // The class of a property name (UTF-8).
+  size_t classify(std::string_view key) const;
+  // A GBNF expression for a JSON string (with its quotes, each code point in its canonical
+  // JSON encoding) whose content falls into class `sig`.
+  std::string key_expression(size_t sig, gbnf::RuleSet& rules) const;
+  // The same for strings of class `sig` with min..max code points (max < 0: unbounded).
+  // Throws RegexError when (state, length) pairs pass `max_pairs`. "" when none fits.
+  std::string bounded_expression(size_t sig, long min, long max, gbnf::RuleSet& rules,
+                                 size_t max_pairs) const;
+  size_t state_count() const { return states_.size(); }
+
+ private:
+  struct State {
+    std::vector<std::pair<gbnf::CharSet, int>> next;  // disjoint sets covering all code points
+    size_t sig = 0;                                   // class of a string ending here
+  };
+  std::vector<State> states_;
+  std::vector<Signature> sigs_;
+};
 
 }  // namespace lacuna::regex_detail
