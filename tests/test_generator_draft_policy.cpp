@@ -89,11 +89,34 @@ TEST(DecodeCost, BestDraftFollowsCostAndAcceptance) {
   EXPECT_EQ(c.best_draft(1, 2, 7.0), 2u);
 }
 
+TEST(DecodeCost, PassCostChargesLogitsRowsToDraftsOnly) {
+  DecodeCost c;
+  c.relative = {1.0, 2.0, 2.1, 2.2};
+  c.relative_last = {1.0, 1.5, 1.6, 1.7};
+  EXPECT_DOUBLE_EQ(c.of_pass(1, 0), 1.0);
+  EXPECT_DOUBLE_EQ(c.of_pass(1, 1), 2.0);   // two tokens, both with logits
+  EXPECT_DOUBLE_EQ(c.of_pass(2, 0), 1.5);   // a pending token batch-filled
+  EXPECT_DOUBLE_EQ(c.of_pass(2, 1), 1.85);  // 1.6 + one of the two extra logits rows (0.5 / 2)
+  EXPECT_DOUBLE_EQ(c.of_pass(3, 0), 1.6);
+  // After a pending token, a draft adds 0.35: it pays iff a > 0.35.
+  EXPECT_EQ(c.best_draft(2, 1, 0.3), 0u);
+  EXPECT_EQ(c.best_draft(2, 1, 0.4), 1u);
+  const std::vector<size_t> sizes = {1, 2, 4};
+  const std::vector<double> all = {10.0, 20.0, 22.0};
+  const std::vector<double> last = {11.0, 15.0, 23.0};  // noise: above `all` at 1 and 4
+  const DecodeCost m = DecodeCost::from_ms(sizes, all, last);
+  ASSERT_EQ(m.relative_last.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_LE(m.relative_last[i], m.relative[i]);
+  EXPECT_DOUBLE_EQ(m.relative_last[1], 1.5);
+}
+
 TEST(DecodeCost, DefaultIsATableStartingAtOne) {
   const DecodeCost c = DecodeCost::cpu_default();
   ASSERT_GE(c.relative.size(), 2u);
   EXPECT_DOUBLE_EQ(c.relative[0], 1.0);
   for (size_t i = 1; i < c.relative.size(); ++i) EXPECT_GE(c.relative[i], c.relative[i - 1]);
+  ASSERT_EQ(c.relative_last.size(), c.relative.size());
+  for (size_t i = 0; i < c.relative.size(); ++i) EXPECT_LE(c.relative_last[i], c.relative[i]);
 }
 
 TEST(DecodeOptions, DraftPolicyFromEnvironment) {

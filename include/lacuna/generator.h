@@ -24,21 +24,32 @@ namespace lacuna {
 // The cost model for verified forced strings: what one llama_decode of n tokens, each with
 // logits, costs relative to a batch of one token (docs/generator.md, "Draft lengths").
 struct DecodeCost {
-  // relative[n-1]: cost of a batch of n tokens over a batch of 1 (relative[0] = 1).
+  // relative[n-1]: cost of a batch of n tokens, each with logits, over a batch of 1
+  // (relative[0] = 1).
   std::vector<double> relative;
+  // relative_last[n-1]: the same batch with logits for its last token only (what a pass
+  // that batch-fills pending tokens costs). Empty: taken as `relative`.
+  std::vector<double> relative_last;
 
   // A default for CPU decoding (measured on bench-0.5b, 2 threads).
   static DecodeCost cpu_default();
   // From measured times ms[i] of batches of sizes[i] tokens (sizes increasing, starting at
   // 1), interpolated linearly in between. Throws std::invalid_argument for bad input.
   static DecodeCost from_ms(std::span<const size_t> sizes, std::span<const double> ms);
-  // Relative cost of n tokens (past the table: its last slope continued; 0 for n = 0).
+  // The same with the times of batches with logits for the last token only.
+  static DecodeCost from_ms(std::span<const size_t> sizes, std::span<const double> ms,
+                            std::span<const double> ms_last);
+  // Relative cost of n tokens with logits (past the table: its last slope continued; 0 for
+  // n = 0).
   double of(size_t n) const;
+  // Relative cost of one pass of n_pending tokens (logits for the last) and n_draft draft
+  // tokens (logits for each).
+  double of_pass(size_t n_pending, size_t n_draft) const;
   // The draft length k in [0, n_available] with the largest expected saving for a pass
   // that decodes n_pending tokens anyway, when each draft token is kept with probability
   // accept_rate (given the ones before it were): the k drafts yield a + a^2 + ... + a^k
-  // tokens that would otherwise cost a one-token pass each, and cost of(n_pending + k) -
-  // of(n_pending). 0 unless drafting is expected to gain.
+  // tokens that would otherwise cost a one-token pass each, and cost of_pass(n_pending, k) -
+  // of_pass(n_pending, 0). 0 unless drafting is expected to gain.
   size_t best_draft(size_t n_pending, size_t n_available, double accept_rate) const;
 };
 

@@ -22,16 +22,33 @@ using Clock = std::chrono::steady_clock;
 // default drafts less than it could there (measure with measure_decode_cost()).
 constexpr double kDefaultCost[] = {1.0,  2.05, 2.11, 2.27, 2.33, 2.38, 2.68, 2.97,
                                    3.13, 3.29, 3.44, 3.60, 3.80, 4.00, 4.20, 4.40};
+// The same batches with logits for the last token only (what pending tokens cost).
+constexpr double kDefaultCostLast[] = {1.0,  1.77, 1.83, 1.84, 1.91, 1.97, 2.19, 2.41,
+                                       2.51, 2.62, 2.72, 2.83, 3.00, 3.16, 3.33, 3.50};
 
-}  // namespace
-
-DecodeCost DecodeCost::cpu_default() {
-  DecodeCost c;
-  c.relative.assign(std::begin(kDefaultCost), std::end(kDefaultCost));
-  return c;
+// Linear interpolation between measured sizes, relative to ms_one, made non-decreasing.
+std::vector<double> interpolate(std::span<const size_t> sizes, std::span<const double> ms,
+                                double ms_one) {
+  const size_t n_max = sizes.back();
+  std::vector<double> out(n_max);
+  size_t seg = 0;
+  for (size_t n = 1; n <= n_max; ++n) {
+    while (seg + 1 < sizes.size() && sizes[seg + 1] < n) ++seg;
+    double v;
+    if (sizes[seg] == n || seg + 1 >= sizes.size()) {
+      v = ms[seg];
+    } else {
+      const double f =
+          static_cast<double>(n - sizes[seg]) / static_cast<double>(sizes[seg + 1] - sizes[seg]);
+      v = ms[seg] + f * (ms[seg + 1] - ms[seg]);
+    }
+    out[n - 1] = v / ms_one;
+  }
+  for (size_t i = 1; i < out.size(); ++i) out[i] = std::max(out[i], out[i - 1]);
+  return out;
 }
 
-DecodeCost DecodeCost::from_ms(std::span<const size_t> sizes, std::span<const double> ms) {
+void check_ms(std::span<const size_t> sizes, std::span<const double> ms) {
   if (sizes.size() != ms.size() || sizes.empty())
     throw std::invalid_argument(
         "DecodeCost::from_ms: sizes and times differ in length or are empty");
@@ -42,38 +59,61 @@ DecodeCost DecodeCost::from_ms(std::span<const size_t> sizes, std::span<const do
       throw std::invalid_argument("DecodeCost::from_ms: times must be finite and > 0");
   }
   if (sizes[0] != 1) throw std::invalid_argument("DecodeCost::from_ms: the first size must be 1");
-  // Linear interpolation between measured sizes; costs are made non-decreasing.
+}
+
+// Table lookup; past the end, the last slope continued (at least the average per token).
+double lookup(const std::vector<double>& t, size_t n) {
+  if (n == 0) return 0.0;
+  if (t.empty()) return static_cast<double>(n);
+  if (n <= t.size()) return t[n - 1];
+  const size_t m = t.size();
+  const double last = t[m - 1];
+  const double slope = m >= 2 ? std::max(t[m - 1] - t[m - 2], last / static_cast<double>(m)) : last;
+  return last + slope * static_cast<double>(n - m);
+}
+
+}  // namespace
+
+DecodeCost DecodeCost::cpu_default() {
   DecodeCost c;
-  const size_t n_max = sizes.back();
-  c.relative.resize(n_max);
-  size_t seg = 0;
-  for (size_t n = 1; n <= n_max; ++n) {
-    while (sizes[seg + 1 < sizes.size() ? seg + 1 : seg] < n) ++seg;
-    double v;
-    if (sizes[seg] == n || seg + 1 >= sizes.size()) {
-      v = ms[seg];
-    } else {
-      const double f =
-          static_cast<double>(n - sizes[seg]) / static_cast<double>(sizes[seg + 1] - sizes[seg]);
-      v = ms[seg] + f * (ms[seg + 1] - ms[seg]);
-    }
-    c.relative[n - 1] = v / ms[0];
-  }
-  for (size_t i = 1; i < c.relative.size(); ++i)
-    c.relative[i] = std::max(c.relative[i], c.relative[i - 1]);
+  c.relative.assign(std::begin(kDefaultCost), std::end(kDefaultCost));
+  c.relative_last.assign(std::begin(kDefaultCostLast), std::end(kDefaultCostLast));
+  return c;
+}
+
+DecodeCost DecodeCost::from_ms(std::span<const size_t> sizes, std::span<const double> ms) {
+  check_ms(sizes, ms);
+  DecodeCost c;
+  c.relative = interpolate(sizes, ms, ms[0]);
+  return c;
+}
+
+DecodeCost DecodeCost::from_ms(std::span<const size_t> sizes, std::span<const double> ms,
+                               std::span<const double> ms_last) {
+  check_ms(sizes, ms);
+  check_ms(sizes, ms_last);
+  DecodeCost c;
+  c.relative = interpolate(sizes, ms, ms[0]);
+  c.relative_last = interpolate(sizes, ms_last, ms[0]);
+  // Fewer logits never cost more.
+  for (size_t i = 0; i < c.relative.size(); ++i)
+    c.relative_last[i] = std::min(c.relative_last[i], c.relative[i]);
   return c;
 }
 
 double DecodeCost::of(size_t n) const {
+  return lookup(relative, n);
+}
+
+double DecodeCost::of_pass(size_t n_pending, size_t n_draft) const {
+  const size_t n = n_pending + n_draft;
   if (n == 0) return 0.0;
-  if (relative.empty()) return static_cast<double>(n);
-  if (n <= relative.size()) return relative[n - 1];
-  // Past the table: extend its last slope (at least the average cost per token so far).
-  const size_t m = relative.size();
-  const double last = relative[m - 1];
-  const double slope =
-      m >= 2 ? std::max(relative[m - 1] - relative[m - 2], last / static_cast<double>(m)) : last;
-  return last + slope * static_cast<double>(n - m);
+  if (relative_last.empty()) return of(n);
+  const double last = std::min(lookup(relative_last, n), of(n));
+  if (n == 1) return of(1);
+  // The logits rows beyond the last one cost (all - last) / (n - 1) each; the drafts have one
+  // each, the pending tokens none (but the last).
+  return last + (of(n) - last) * static_cast<double>(n_draft) / static_cast<double>(n - 1);
 }
 
 size_t DecodeCost::best_draft(size_t n_pending, size_t n_available, double accept_rate) const {
@@ -82,18 +122,18 @@ size_t DecodeCost::best_draft(size_t n_pending, size_t n_available, double accep
   const size_t base = std::max<size_t>(n_pending, 1);
   // The pass runs anyway (its pending tokens need it) and yields one token. k drafts add
   // a + a^2 + ... + a^k expected tokens (a draft is kept only if every one before it was),
-  // each of which would otherwise cost a pass of one token, and they add of(base + k) -
-  // of(base) to this pass. Pick the k with the largest net saving; none unless it is > 0
-  // (a tie goes to the shorter draft).
+  // each of which would otherwise cost a pass of one token, and they add of_pass(base, k) -
+  // of_pass(base, 0) to this pass. Pick the k with the largest net saving; none unless it
+  // is > 0 (a tie goes to the shorter draft).
   size_t best_k = 0;
   double best_gain = 0.0;
   double extra = 0.0;
   double a_pow = 1.0;
-  const double c_base = of(base);
+  const double c_base = of_pass(base, 0);
   for (size_t k = 1; k <= n_available; ++k) {
     a_pow *= a;
     extra += a_pow;
-    const double gain = extra * of(1) - (of(base + k) - c_base);
+    const double gain = extra * of(1) - (of_pass(base, k) - c_base);
     if (gain > best_gain + 1e-9) {
       best_gain = gain;
       best_k = k;

@@ -29,6 +29,8 @@ using lacuna::Token;
 using nlohmann::json;
 
 const char* kModes[] = {"llama-grammar", "lacuna", "lacuna-skip", "lacuna-jump", "free"};
+// Modes run only when --modes names them.
+const char* kExtraModes[] = {"lacuna-skip-always"};  // lacuna-skip drafting at every string
 
 // One generation of one mode on one (schema, prompt) pair.
 struct RunResult {
@@ -140,7 +142,10 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
       ->check(CLI::Range(1, 100));
   app.add_option("--warmup", warmup, "uncounted runs of each mode first (default 1)")
       ->check(CLI::Range(0, 10));
-  app.add_option("--modes", modes, "subset of modes to run")->delimiter(',');
+  app.add_option("--modes", modes,
+                 "modes to run (default: all but lacuna-skip-always, which is lacuna-skip "
+                 "with a draft at every forced string)")
+      ->delimiter(',');
   app.add_option("--cost-sizes", cost_sizes, "batch sizes of the cost model (first 1)")
       ->delimiter(',');
   app.add_option("--cost-reps", cost_reps, "timed decodes per batch size (median; default 5)")
@@ -157,7 +162,8 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
   app.add_flag("--json", json_out, "print only the JSON report");
   if (const int rc = lacuna::cli::parse_args(app, argc, argv); rc >= 0) return rc;
   for (const auto& m : modes) {
-    if (std::find(std::begin(kModes), std::end(kModes), m) == std::end(kModes)) {
+    if (std::find(std::begin(kModes), std::end(kModes), m) == std::end(kModes) &&
+        std::find(std::begin(kExtraModes), std::end(kExtraModes), m) == std::end(kExtraModes)) {
       std::cerr << "lacuna bench decode: unknown mode '" << m << "'\n";
       return 2;
     }
@@ -248,10 +254,10 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
       b.add(prompt[i], static_cast<lacuna::Pos>(i), 0, i + 1 == prompt.size());
     ctx.decode(b);
   }
-  const lacuna::DecodeCost measured =
-      lacuna::measure_decode_cost(ctx.get(), 0, cost_sizes, cost_reps, &cost_ms);
+  lacuna::measure_decode_cost(ctx.get(), 0, cost_sizes, cost_reps, &cost_ms);
   std::vector<double> fill_ms;  // the same batches with logits for the last token only
   lacuna::measure_decode_cost(ctx.get(), 0, cost_sizes, cost_reps, &fill_ms, false);
+  const lacuna::DecodeCost measured = lacuna::DecodeCost::from_ms(cost_sizes, cost_ms, fill_ms);
   ctx.clear_memory();
   const lacuna::DecodeCost cost =
       cost_source == "measured" ? measured : lacuna::DecodeCost::cpu_default();
@@ -270,12 +276,14 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
     } else {
       lacuna::GeneratorConfig cfg;
       cfg.max_tokens = n_predict;
-      const bool fast = mode == "lacuna-skip" || mode == "lacuna-jump";
+      const bool fast =
+          mode == "lacuna-skip" || mode == "lacuna-jump" || mode == "lacuna-skip-always";
       cfg.decode.skip_forced = fast;
       cfg.decode.verify_strings = fast;
       cfg.decode.jump_forward = mode == "lacuna-jump";
-      cfg.decode.draft_policy =
-          draft_policy == "always" ? lacuna::DraftPolicy::always : lacuna::DraftPolicy::adaptive;
+      cfg.decode.draft_policy = draft_policy == "always" || mode == "lacuna-skip-always"
+                                    ? lacuna::DraftPolicy::always
+                                    : lacuna::DraftPolicy::adaptive;
       cfg.decode.cost = cost;
       std::unique_ptr<lacuna::Constraint> c;
       if (mode != "free") c = std::make_unique<lacuna::GrammarMatcher>(compiled[pair.schema]);
@@ -445,6 +453,7 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
   ratio("lacuna_skip_speedup_vs_llama_grammar", "llama-grammar", "lacuna-skip");
   ratio("lacuna_speedup_vs_llama_grammar", "llama-grammar", "lacuna");
   ratio("lacuna_skip_over_free", "lacuna-skip", "free");
+  ratio("lacuna_skip_always_speedup_vs_lacuna", "lacuna", "lacuna-skip-always");
   report["ratios"] = ratios;
 
   json per_schema = json::array();
