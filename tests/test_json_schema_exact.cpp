@@ -235,6 +235,17 @@ TEST(JsonSchemaIfThenElse, TypeConditionAndUnsupportedIf) {
   EXPECT_EQ(strict_error_keyword(R"({"if":{"minLength":3},"then":{"pattern":"a"}})"), "if");
 }
 
+TEST(JsonSchemaIfThenElse, DraftsBefore7IgnoreIt) {
+  // if/then/else are unknown keywords (annotations) in drafts 3 to 6.
+  Lang l(R"({"$schema":"http://json-schema.org/draft-04/schema#","type":"object",
+             "if":{"properties":{"t":{"const":"a"}}},"then":{"required":["x"]}})");
+  expect_language(l, {"{}", R"({"t":"a"})", R"({"t":"a","x":1})"}, {"[]"});
+  EXPECT_TRUE(l.warnings().empty());
+  Lang seven(R"({"$schema":"http://json-schema.org/draft-07/schema#","type":"object",
+                 "if":{"properties":{"t":{"const":"a"}}},"then":{"required":["x"]}})");
+  expect_language(seven, {R"({"t":"a","x":1})"}, {"{}", R"({"t":"a"})"});
+}
+
 // ---- minLength / maxLength with pattern ----------------------------------------------------
 
 TEST(JsonSchemaLengthAndPattern, BoundsIntersectThePatternsLanguage) {

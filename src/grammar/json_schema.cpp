@@ -110,14 +110,16 @@ const char* kNeverBody = "[^\\x00-\\U0010FFFF]";
 
 // Largest key automaton (DFA states) built for patternProperties before falling back to
 // the approximation.
-constexpr size_t kMaxKeyStates = 2000;
+constexpr size_t kMaxKeyStates = 256;
 
 // Alternatives one schema may grow to by expanding dependencies, if/then/else and `not`
 // (each doubles them or so); past it the keyword is left unenforced with a warning.
 constexpr size_t kMaxExpansion = 32;
 
-// (DFA state, length) pairs written for a pattern with minLength/maxLength.
-constexpr size_t kMaxLengthPairs = 4000;
+// (DFA state, length) pairs written for a pattern with minLength/maxLength, per string and
+// per schema (each pair is a grammar rule, and big grammars compile slowly).
+constexpr size_t kMaxLengthPairs = 128;
+constexpr size_t kMaxLengthPairsTotal = 512;
 
 class Converter {
  public:
@@ -128,6 +130,13 @@ class Converter {
       auto it = root_.find("$id");
       if (it == root_.end()) it = root_.find("id");
       if (it != root_.end() && it->is_string()) base_id_ = it->get<std::string>();
+      // if/then/else came with draft 7: earlier drafts ignore them (unknown keywords).
+      auto ds = root_.find("$schema");
+      if (ds != root_.end() && ds->is_string()) {
+        const std::string& d = ds->get_ref<const std::string&>();
+        for (const char* old : {"draft-03", "draft-04", "draft-06"})
+          if (d.find(old) != std::string::npos) if_keyword_ = false;
+      }
     }
   }
 
@@ -452,7 +461,7 @@ class Converter {
     bool has_any = s->contains("anyOf");
     bool has_one = s->contains("oneOf");
     bool has_dep = has_dependencies(*s);
-    bool has_if = s->contains("if");
+    bool has_if = if_keyword_ && s->contains("if");
     std::optional<std::vector<json>> not_alts;
     if (s->contains("not")) not_alts = negate((*s)["not"], 0);
     if (!has_ref && !has_all && !has_any && !has_one && !has_dep && !has_if && !not_alts)
@@ -602,26 +611,6 @@ class Converter {
     return t;
   }
 
-  // A branch whose only validation keywords are `required` (and `type: object`): no
-  // document of it is an object without one of its required keys.
-  static bool required_only(const json& b, std::set<std::string>& req, bool& typed_object) {
-    if (!b.is_object() || !b.contains("required") || !b["required"].is_array()) return false;
-    typed_object = false;
-    for (auto it = b.begin(); it != b.end(); ++it) {
-      if (it.key() == "required") continue;
-      if (it.key() == "type" && it.value() == "object") {
-        typed_object = true;
-        continue;
-      }
-      if (is_validation_keyword(it.key())) return false;
-    }
-    for (const json& k : b["required"]) {
-      if (!k.is_string()) return false;
-      req.insert(k.get<std::string>());
-    }
-    return !req.empty();
-  }
-
   // The values a property can take when a schema fixes them with const/enum.
   std::optional<json> fixed_values(const json& p) {
     const json* d = deref(&p);
@@ -681,95 +670,51 @@ class Converter {
   }
 
   // The branches of a oneOf, rewritten so that a document matches at most one of them:
-  // against a branch that only requires keys, every other branch forbids one of the keys it
-  // does not require itself (alternatives when there is a choice). Pairs of other
-  // branches must be provably disjoint; otherwise oneOf is read as anyOf with a warning.
+  // branch i becomes i and not j for every other branch j that is not provably disjoint
+  // from i, with `not j` from negate() (required keys, typed or fixed properties...). When
+  // some branch cannot be negated, or the combinations pass 64 per branch, oneOf is read
+  // as anyOf with a warning.
   const json* exclusive_branches(const json& s, const std::string& ptr) {
     const json& list = s["oneOf"];
     size_t n = list.size();
     if (n < 2) return &list;
     std::vector<const json*> raw(n);
-    std::vector<std::set<std::string>> req(n);
-    std::vector<char> req_only(n, 0), typed(n, 0);
-    std::set<std::string> parent_req;
-    if (s.contains("required") && s["required"].is_array()) {
-      for (const json& k : s["required"]) {
-        if (k.is_string()) parent_req.insert(k.get<std::string>());
-      }
-    }
+    for (size_t i = 0; i < n; ++i) raw[i] = deref(&list[i]);
+    std::vector<std::optional<std::vector<json>>> neg(n);
+    std::vector<char> tried(n, 0);
+    json out = json::array();
+    bool changed = false;
     for (size_t i = 0; i < n; ++i) {
-      raw[i] = deref(&list[i]);
-      bool t = false;
-      req_only[i] = required_only(*raw[i], req[i], t);
-      typed[i] = t;
-    }
-    bool any_req_only = false;
-    for (size_t i = 0; i < n; ++i) {
+      std::vector<json> variants = {json::array({list[i]})};  // allOf parts per variant
       for (size_t j = 0; j < n; ++j) {
-        if (i == j || req_only[j]) continue;
-        if (!provably_disjoint(*raw[i], *raw[j], s)) {
+        if (i == j || provably_disjoint(*raw[i], *raw[j], s)) continue;
+        if (!tried[j]) tried[j] = 1, neg[j] = negate(list[j], 0);
+        if (!neg[j]) {
           warn("oneOf", ptr,
                "oneOf branches " + std::to_string(i) + " and " + std::to_string(j) +
-                   " may overlap; read as anyOf");
+                   " may overlap and branch " + std::to_string(j) +
+                   " cannot be negated; read as anyOf");
           return &list;
-        }
-      }
-      any_req_only |= req_only[i] != 0;
-    }
-    if (!any_req_only) return &list;
-    json out = json::array();
-    for (size_t i = 0; i < n; ++i) {
-      // The keys branch i is sure to have: its own required keys and the parent's.
-      std::set<std::string> have = parent_req;
-      if (raw[i]->is_object() && raw[i]->contains("required") && (*raw[i])["required"].is_array()) {
-        for (const json& k : (*raw[i])["required"]) {
-          if (k.is_string()) have.insert(k.get<std::string>());
-        }
-      }
-      std::vector<json> variants = {json::object()};  // forbidden keys per variant
-      bool objects_impossible = false, must_be_object = false;
-      for (size_t j = 0; j < n && !objects_impossible; ++j) {
-        if (i == j || !req_only[j]) continue;
-        if (!typed[j]) must_be_object = true;  // non-objects satisfy branch j
-        std::vector<std::string> choice;
-        for (const std::string& k : req[j]) {
-          if (!have.count(k)) choice.push_back(k);
-        }
-        if (choice.empty()) {
-          objects_impossible = true;
-          break;
         }
         std::vector<json> next;
         for (const json& v : variants) {
-          for (const std::string& k : choice) {
+          for (const json& alt : *neg[j]) {
+            if (alt.is_boolean() && !alt.get<bool>()) continue;
             json w = v;
-            w[k] = false;
-            if (std::find(next.begin(), next.end(), w) == next.end()) next.push_back(std::move(w));
-          }
-          if (next.size() > 64) {
-            warn("oneOf", ptr, "too many combinations of required keys; oneOf read as anyOf");
-            return &list;
+            w.push_back(alt);
+            next.push_back(std::move(w));
           }
         }
+        if (next.size() > 64) {
+          warn("oneOf", ptr, "too many combinations to make oneOf exclusive; read as anyOf");
+          return &list;
+        }
         variants = std::move(next);
+        changed = true;
       }
-      if (objects_impossible) {
-        if (must_be_object) continue;  // branch i can never be the only match
-        out.push_back(json{{"allOf", json::array({list[i], json{{"not", {{"type", "object"}}}}})}});
-        continue;
-      }
-      json alts = json::array();
-      for (json& v : variants) {
-        json extra = json{{"properties", std::move(v)}};
-        if (must_be_object) extra["type"] = "object";
-        alts.push_back(json{{"allOf", json::array({list[i], std::move(extra)})}});
-      }
-      if (alts.size() == 1) {
-        out.push_back(std::move(alts[0]));
-      } else {
-        out.push_back(json{{"anyOf", std::move(alts)}});
-      }
+      for (json& v : variants) out.push_back(v.size() == 1 ? v[0] : json{{"allOf", std::move(v)}});
     }
+    if (!changed) return &list;
     if (out.empty()) out.push_back(false);
     return store(std::move(out));
   }
@@ -900,7 +845,7 @@ class Converter {
   std::vector<const json*> bounded_alternatives(const json& item, const std::string& iptr,
                                                 int depth, size_t factor, size_t offset) {
     auto sub = alternatives(&item, iptr, depth);
-    if (factor * sub.size() + offset > opt_.max_alternatives && item.is_object() &&
+    if (factor * sub.size() + offset > opt_.max_alternatives && item.is_object() && if_keyword_ &&
         item.contains("if")) {
       warn("if", iptr + "/if", "too many alternatives to enforce if/then/else");
       json stripped = item;
@@ -1129,7 +1074,8 @@ class Converter {
       return pointer_rule(*target.first, target.second, depth);
     }
     if (s.contains("$ref") || s.contains("allOf") || s.contains("anyOf") || s.contains("oneOf") ||
-        has_dependencies(s) || s.contains("if") || (s.contains("not") && negate(s["not"], 0))) {
+        has_dependencies(s) || (if_keyword_ && s.contains("if")) ||
+        (s.contains("not") && negate(s["not"], 0))) {
       std::string key = s.dump();
       bool memo = key.size() < 20000;
       if (memo) {
@@ -1520,7 +1466,12 @@ class Converter {
           const auto& sigs = dfa.signatures();
           for (size_t i = 0; i < sigs.size(); ++i) {
             if (sigs[i].patterns.empty()) continue;
-            std::string e = dfa.bounded_expression(i, lo, hi, rules_, kMaxLengthPairs);
+            size_t before = rules_.rule_count();
+            std::string e = dfa.bounded_expression(
+                i, lo, hi, rules_,
+                std::min(kMaxLengthPairs,
+                         kMaxLengthPairsTotal - std::min(kMaxLengthPairsTotal, length_pairs_)));
+            length_pairs_ += rules_.rule_count() - before;
             return e.empty() ? "" : rules_.add(hint_of(ptr), e);
           }
           return "";  // the pattern matches nothing
@@ -2059,6 +2010,8 @@ class Converter {
   std::string ws_;
   std::string any_;
   std::string base_id_;
+  bool if_keyword_ = true;   // false for draft 3, 4 and 6 schemas
+  size_t length_pairs_ = 0;  // rules written for patterns with length bounds
   std::deque<json> arena_;
   std::multimap<std::string, std::pair<const json*, std::string>> anchors_;
   std::unordered_map<std::string, std::string> ref_rules_;

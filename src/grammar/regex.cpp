@@ -1002,6 +1002,59 @@ KeyClassifier::KeyClassifier(const std::vector<std::string>& patterns,
     }
     for (auto& [t, cs] : by_target) states_[d].next.push_back({std::move(cs), t});
   }
+  minimize();
+}
+
+void KeyClassifier::minimize() {
+  // Moore's partition refinement: states are equivalent when they end in the same class and
+  // go to equivalent states on every code point. Fewer states, smaller grammars.
+  size_t n = states_.size();
+  std::vector<size_t> block(n);
+  for (size_t s = 0; s < n; ++s) block[s] = states_[s].sig;
+  size_t count = 0;
+  while (true) {
+    std::map<std::pair<size_t, std::vector<std::pair<size_t, std::vector<uint32_t>>>>, size_t> ids;
+    std::vector<size_t> next(n);
+    for (size_t s = 0; s < n; ++s) {
+      std::map<size_t, CharSet> by_block;
+      for (const auto& [cs, t] : states_[s].next) by_block[block[static_cast<size_t>(t)]].add(cs);
+      std::vector<std::pair<size_t, std::vector<uint32_t>>> sig;
+      for (auto& [b, cs] : by_block) {
+        std::vector<uint32_t> flat;
+        for (const CharSet::Range& r : cs.ranges()) flat.insert(flat.end(), {r.lo, r.hi});
+        sig.push_back({b, std::move(flat)});
+      }
+      auto it = ids.emplace(std::make_pair(block[s], std::move(sig)), ids.size()).first;
+      next[s] = it->second;
+    }
+    size_t new_count = ids.size();
+    block = std::move(next);
+    if (new_count == count) break;
+    count = new_count;
+  }
+  // Rebuild with the start state's block first.
+  std::vector<int> id(count, -1);
+  std::vector<State> out;
+  std::vector<size_t> order = {0};
+  id[block[0]] = 0;
+  out.push_back({});
+  for (size_t i = 0; i < order.size(); ++i) {
+    size_t s = order[i];
+    std::map<int, CharSet> by_target;
+    for (const auto& [cs, t] : states_[s].next) {
+      size_t b = block[static_cast<size_t>(t)];
+      if (id[b] < 0) {
+        id[b] = static_cast<int>(out.size());
+        out.push_back({});
+        order.push_back(static_cast<size_t>(t));
+      }
+      by_target[id[b]].add(cs);
+    }
+    State& st = out[static_cast<size_t>(id[block[s]])];
+    st.sig = states_[s].sig;
+    for (auto& [t, cs] : by_target) st.next.push_back({std::move(cs), t});
+  }
+  states_ = std::move(out);
 }
 
 size_t KeyClassifier::classify(std::string_view key) const {

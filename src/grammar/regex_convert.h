@@ -69,6 +69,8 @@ class KeyClassifier {
     std::vector<std::pair<gbnf::CharSet, int>> next;  // disjoint sets covering all code points
     size_t sig = 0;                                   // class of a string ending here
   };
+  void minimize();
+
   std::vector<State> states_;
   std::vector<Signature> sigs_;
 };
