@@ -564,11 +564,9 @@ Step Generator::next() {
         if (drafts_.size() > limit) drafts_.resize(limit);
         if (opt.draft_policy == DraftPolicy::adaptive && !drafts_.empty()) {
           drafts_.resize(opt.cost.best_draft(pending_.size(), drafts_.size(), accept_rate()));
+          if (drafts_.empty()) ++stats_.draft_declined;
         }
-        if (drafts_.empty()) {
-          undrafted = first;
-          ++stats_.draft_declined;
-        }
+        if (drafts_.empty()) undrafted = first;
       }
     }
     if (room < pending_.size() + 1) {
