@@ -5,8 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "decode/constraint_factory.h"
 #include "decode/forced_string.h"
 #include "generator_fixtures.h"
+#include "lacuna/json_schema.h"
 
 namespace lacuna {
 namespace {
@@ -73,6 +75,34 @@ TEST_P(ForcedString, EmptyStringGivesNoTokens) {
   std::vector<Token> out = {1, 2};
   EXPECT_EQ(decode::tokenize_forced_string(vocab_, "", out, scratch), 0u);
   EXPECT_TRUE(out.empty());
+}
+
+// What the generator drafts from: the grammar's forced string in a compact tool-call schema
+// runs across keys, punctuation and the const value up to the first free choice, and each
+// draft token is one the constraint accepts.
+TEST_P(ForcedString, SchemaForcesTheWholeStructureUpToAChoice) {
+  SchemaOptions so;
+  so.whitespace = SchemaOptions::Whitespace::Compact;
+  const std::string gbnf = json_schema_to_gbnf(R"({"type": "object",
+    "properties": {"name": {"const": "get_weather"},
+      "arguments": {"type": "object", "properties": {"unit": {"enum": ["celsius", "kelvin"]}},
+                    "required": ["unit"], "additionalProperties": false}},
+    "required": ["name", "arguments"], "additionalProperties": false})",
+                                               so);
+  auto c = decode::make_grammar_constraint(vocab_, gbnf);
+  const std::string forced = c->jump_forward_string();
+  EXPECT_EQ(forced, "{\"name\":\"get_weather\",\"arguments\":{\"unit\":\"");
+  decode::ForcedStringScratch scratch;
+  std::vector<Token> drafts;
+  ASSERT_GT(decode::tokenize_forced_string(vocab_, forced, drafts, scratch), 0u);
+  for (Token t : drafts) EXPECT_TRUE(c->accept_token(t)) << t;
+  // After the forced part, the enum's first letter is the choice: nothing is forced.
+  EXPECT_EQ(c->jump_forward_string(), "");
+  // One letter later the rest of the value and the closing brackets are forced.
+  std::vector<Token> k;
+  ASSERT_GT(decode::tokenize_forced_string(vocab_, "k", k, scratch), 0u);
+  ASSERT_TRUE(c->accept_token(k[0]));
+  EXPECT_EQ(c->jump_forward_string(), "elvin\"}}");
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, ForcedString,
