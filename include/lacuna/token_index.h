@@ -81,14 +81,20 @@ class TokenIndex {
   const std::vector<TrieNode>& trie() const { return trie_; }
   const std::vector<TrieToken>& trie_tokens() const { return trie_tokens_; }
   // For each trie node: the code points of its descendants (not its own), as an ASCII
-  // bitmap and a flag for any code point >= 128. Lets a walk accept a whole subtree at once.
+  // bitmap and a flag for any code point >= 128, and the subtree's height. Lets a walk accept a
+  // whole subtree at once.
   struct SubtreeChars {
     uint64_t ascii[2];
     bool non_ascii;
+    uint32_t height;  // most code points on a path below the node (0 for a leaf)
   };
   const std::vector<SubtreeChars>& subtree_chars() const { return subtree_chars_; }
   // Indices of the root's children, sorted by code point.
   const std::vector<uint32_t>& root_children() const { return root_children_; }
+  // Children of every node, sorted by code point: those of node j are
+  // child_nodes()[child_offsets()[j] .. child_offsets()[j + 1]).
+  const std::vector<uint32_t>& child_offsets() const { return child_offsets_; }
+  const std::vector<uint32_t>& child_nodes() const { return child_nodes_; }
   // kText/kInvalid tokens whose first byte is a UTF-8 continuation byte (0x80-0xBF): the
   // only tokens that can follow a token ending in a partial sequence.
   const std::vector<Token>& continuation_tokens() const { return continuation_; }
@@ -111,6 +117,8 @@ class TokenIndex {
   std::vector<TrieNode> trie_;
   std::vector<TrieToken> trie_tokens_;
   std::vector<uint32_t> root_children_;
+  std::vector<uint32_t> child_offsets_;
+  std::vector<uint32_t> child_nodes_;
   std::vector<SubtreeChars> subtree_chars_;
   std::vector<Token> continuation_;
   double build_ms_ = 0;

@@ -81,7 +81,8 @@ size_t TokenIndex::memory_bytes() const {
          control_.capacity() + eog_.capacity() * 4 + cps_.capacity() * 4 + cp_off_.capacity() * 4 +
          partials_.capacity() * sizeof(PartialUtf8) + trie_.capacity() * sizeof(TrieNode) +
          trie_tokens_.capacity() * sizeof(TrieToken) + root_children_.capacity() * 4 +
-         subtree_chars_.capacity() * sizeof(SubtreeChars) + continuation_.capacity() * 4;
+         subtree_chars_.capacity() * sizeof(SubtreeChars) + continuation_.capacity() * 4 +
+         (child_offsets_.capacity() + child_nodes_.capacity()) * 4;
 }
 
 std::shared_ptr<const TokenIndex> TokenIndex::build(const llama_vocab* vocab) {
@@ -212,13 +213,14 @@ void TokenIndex::finish() {
     trie_[path.back()].end = static_cast<uint32_t>(trie_.size());
     path.pop_back();
   }
-  subtree_chars_.assign(trie_.size(), SubtreeChars{{0, 0}, false});
+  subtree_chars_.assign(trie_.size(), SubtreeChars{{0, 0}, false, 0});
   for (size_t i = trie_.size(); i-- > 1;) {
     SubtreeChars& p = subtree_chars_[parent[i]];
     const SubtreeChars& c = subtree_chars_[i];
     p.ascii[0] |= c.ascii[0];
     p.ascii[1] |= c.ascii[1];
     p.non_ascii = p.non_ascii || c.non_ascii;
+    p.height = std::max(p.height, c.height + 1);
     const uint32_t cp = trie_[i].cp;
     if (cp < 128) {
       p.ascii[cp >> 6] |= 1ull << (cp & 63);
@@ -228,6 +230,14 @@ void TokenIndex::finish() {
   }
   root_children_.clear();
   for (uint32_t i = 1; i < trie_.size(); i = trie_[i].end) root_children_.push_back(i);
+  child_offsets_.assign(trie_.size() + 1, 0);
+  child_nodes_.clear();
+  child_nodes_.reserve(trie_.size());
+  for (uint32_t j = 0; j < trie_.size(); ++j) {
+    child_offsets_[j] = static_cast<uint32_t>(child_nodes_.size());
+    for (uint32_t c = j + 1; c < trie_[j].end; c = trie_[c].end) child_nodes_.push_back(c);
+  }
+  child_offsets_[trie_.size()] = static_cast<uint32_t>(child_nodes_.size());
 }
 
 }  // namespace lacuna
