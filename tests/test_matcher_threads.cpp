@@ -89,3 +89,65 @@ TEST(MatcherThreads, SharedCompiledGrammarManyMatchers) {
   for (int th = 0; th < kThreads; ++th) EXPECT_EQ(mismatches[th], 0) << "thread " << th;
   llama_model_free(model);
 }
+
+// Masks computed on first use: several threads reach the same uncomputed contexts at once;
+// each mask is computed once, published safely, and equals the one computed at compile time.
+TEST(MatcherThreads, LazyMasksComputedConcurrently) {
+  llama_backend_init();
+  llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
+  llama_model_params mp = llama_model_default_params();
+  mp.vocab_only = true;
+  std::string path = std::string(LACUNA_LLAMA_SRC_DIR) + "/models/ggml-vocab-llama-bpe.gguf";
+  llama_model* model = llama_model_load_from_file(path.c_str(), mp);
+  ASSERT_NE(model, nullptr);
+  const llama_vocab* vocab = llama_model_get_vocab(model);
+  auto index = TokenIndex::build(vocab);
+  const Grammar g = parse_gbnf(R"(root ::= "{" ws "\"k\":" ws str ("," ws str)* ws "}"
+str ::= "\"" [^"\\]{0,12} "\""
+ws ::= [ \t\n]{0,4})");
+  CompileOptions eager;
+  eager.eager_ms = -1;
+  CompileOptions lazy;
+  lazy.eager_ms = 0;
+  auto cg_eager = CompiledGrammar::compile(g, index, eager);
+  auto cg_lazy = CompiledGrammar::compile(g, index, lazy);
+  EXPECT_EQ(cg_eager->n_contexts_computed(), cg_eager->n_contexts());
+  EXPECT_EQ(cg_lazy->n_contexts_computed(), 0u);
+
+  const std::string text = R"({ "k": "hello wor", "abc",  "x"})";
+  std::vector<llama_token> toks(text.size() + 8);
+  int32_t n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), toks.data(),
+                             static_cast<int32_t>(toks.size()), false, false);
+  ASSERT_GT(n, 0);
+  toks.resize(static_cast<size_t>(n));
+  const size_t words = bitmask_words(index->n_vocab());
+  std::vector<std::vector<uint32_t>> ref;
+  {
+    GrammarMatcher m(cg_eager);
+    for (Token t : toks) {
+      std::vector<uint32_t> w(words);
+      m.fill_next_token_bitmask(w.data());
+      ref.push_back(w);
+      ASSERT_TRUE(m.accept_token(t));
+    }
+  }
+  constexpr int kThreads = 4;
+  std::vector<int> mismatches(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int th = 0; th < kThreads; ++th) {
+    threads.emplace_back([&, th] {
+      GrammarMatcher m(cg_lazy);
+      std::vector<uint32_t> w(words);
+      for (size_t i = 0; i < toks.size(); ++i) {
+        m.fill_next_token_bitmask(w.data());
+        if (w != ref[i]) ++mismatches[th];
+        if (!m.accept_token(toks[i])) ++mismatches[th];
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int th = 0; th < kThreads; ++th) EXPECT_EQ(mismatches[th], 0) << "thread " << th;
+  EXPECT_GT(cg_lazy->n_contexts_computed(), 0u);
+  EXPECT_LE(cg_lazy->n_contexts_computed(), cg_lazy->n_contexts());
+  llama_model_free(model);
+}

@@ -25,7 +25,7 @@ struct GrammarLimitError : std::runtime_error {
 
 struct CompileOptions {
   size_t max_positions = 1u << 20;     // grammar elements after flattening
-  size_t max_contexts = 200000;        // precomputed grammar contexts
+  size_t max_contexts = 200000;        // grammar contexts
   size_t max_walk_states = 100000;     // distinct parse-state sets during precomputation
   double max_compile_ms = 30000;       // wall time for compile()
   size_t max_memory_bytes = 1u << 30;  // precomputed tables
@@ -38,6 +38,13 @@ struct CompileOptions {
   // when this exceeds max_inline_contexts.
   bool inline_rules = true;
   size_t max_inline_contexts = 20000;
+  // Token classes of grammar contexts are computed by compile() for up to this many
+  // milliseconds (counted from the start of compile); the rest are computed on first use
+  // by a matcher and then shared by every matcher of the grammar (thread-safe). Negative:
+  // all at compile time (compile may be slow, no matcher ever waits); 0: all on first use
+  // (compile is fast, a first visit of a context costs one vocabulary walk). Masks are the
+  // same either way.
+  double eager_ms = 10.0;
 };
 
 namespace detail {
@@ -58,8 +65,10 @@ class CompiledGrammar {
   size_t n_vocab() const;
   const std::shared_ptr<const TokenIndex>& token_index() const;
   const CompileOptions& options() const;
-  // Number of precomputed grammar contexts (for reports).
+  // Number of grammar contexts that have a token mask, and how many of them have been
+  // computed so far (at compile time or on first use).
   size_t n_contexts() const;
+  size_t n_contexts_computed() const;
 
   const detail::CompiledData& data() const { return *data_; }
 

@@ -2,9 +2,11 @@
 // sets, persistent parse-stack pools and the per-context token classification tables.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -106,29 +108,62 @@ class StackPool {
   std::vector<uint32_t> work_;
 };
 
-// The token classification of one context (a chain with a character-set top).
+// The token classification of one context (a chain with a character-set top): tokens
+// accepted whatever lies below the chain, and tokens that need a run-time check.
 struct ContextMask {
-  uint32_t accepted_off = 0;  // into bitset words or accepted ids
-  uint32_t accepted_len = 0;
-  bool accepted_bitset = false;
-  uint32_t uncertain_off = 0;  // into uncertain ids
-  uint32_t uncertain_len = 0;
+  std::vector<uint32_t> accepted_bits;  // a bitmask over the vocabulary, or empty
+  std::vector<Token> accepted_ids;      // sorted (used when accepted_bits is empty)
+  std::vector<Token> uncertain_ids;     // in trie order
+  size_t memory_bytes() const {
+    return sizeof(ContextMask) + accepted_bits.capacity() * 4 + accepted_ids.capacity() * 4 +
+           uncertain_ids.capacity() * 4;
+  }
 };
 
+// Computes context masks: the vocabulary-trie walk (compiler.cpp). Not thread-safe.
+class ContextClassifier;
+
 struct CompiledData {
+  CompiledData();
+  ~CompiledData();
+  CompiledData(const CompiledData&) = delete;
+  CompiledData& operator=(const CompiledData&) = delete;
+
   CompileOptions options;
   std::shared_ptr<const TokenIndex> tokens;
   GrammarTables g;
-  StackPool contexts;              // local pool: every context chain
-  std::vector<uint32_t> ctx_mask;  // context node -> index into masks (or kNone)
-  std::vector<ContextMask> masks;
-  std::vector<uint32_t> bitset_words;
-  std::vector<Token> accepted_ids;
-  std::vector<Token> uncertain_ids;
+  StackPool contexts;                        // local pool: every context chain
   std::vector<uint32_t> text_tokens_bitset;  // kText tokens with >= 1 code point (for !<...>)
   std::vector<uint8_t> no_text;              // per token: 1 = control token not matched as text
   double compile_ms = 0;
-  static constexpr uint32_t kNone = 0xFFFFFFFFu;
+
+  // The mask of a context: computed at compile time, or on first use and then shared by
+  // every matcher of this grammar (thread-safe). Null for a node without a mask (not a
+  // character-set top) or when computing it hit a limit: the matcher then checks tokens
+  // one by one.
+  const ContextMask* mask(uint32_t ctx) const;
+  // Computes and publishes the mask of ctx (caller holds no lock). Returns it.
+  const ContextMask* compute_mask(uint32_t ctx) const;
+  size_t n_masked_contexts() const { return n_masked_; }    // contexts with a character top
+  size_t n_computed() const { return n_computed_.load(); }  // masks computed so far
+  size_t masks_memory_bytes() const { return masks_bytes_.load(); }
+
+  // Set up by the compiler.
+  size_t n_masked_ = 0;
+  std::vector<uint8_t> has_mask;  // per context node: 1 = character-set top
+  std::unique_ptr<std::atomic<const ContextMask*>[]> slots;
+  mutable std::mutex lazy_mu;
+  mutable std::unique_ptr<ContextClassifier> classifier;    // guarded by lazy_mu
+  mutable std::vector<std::unique_ptr<ContextMask>> owned;  // guarded by lazy_mu
+  mutable std::vector<uint8_t> failed;                      // guarded by lazy_mu
+  mutable std::atomic<size_t> n_computed_{0};
+  mutable std::atomic<size_t> masks_bytes_{0};
 };
+
+inline const ContextMask* CompiledData::mask(uint32_t ctx) const {
+  if (ctx >= has_mask.size() || !has_mask[ctx]) return nullptr;
+  const ContextMask* m = slots[ctx].load(std::memory_order_acquire);
+  return m != nullptr ? m : compute_mask(ctx);
+}
 
 }  // namespace lacuna::detail

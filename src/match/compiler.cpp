@@ -1,6 +1,7 @@
 // compiler.cpp — CompiledGrammar::compile: flattens the grammar, enumerates every grammar
 // context (the part of a parse stack known from its top) and classifies every token in each
-// context as accepted / rejected / uncertain by one walk of the vocabulary trie.
+// context as accepted / rejected / uncertain by one walk of the vocabulary trie, at compile
+// time or on the context's first use.
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -324,12 +325,21 @@ class WalkStates {
       ascii_[size_t(set) * 128 + cp] = v;  // (ascii_ may have grown)
       return v;
     }
+    // Most sets treat every code point >= 128 alike: one memo entry serves them all.
+    if (cp != 0x100 && uniform(set)) return step(set, 0x100);
     const uint64_t key = (uint64_t(set) << 32) | cp;
     auto it = other_.find(key);
     if (it != other_.end()) return it->second;
     uint32_t v = compute(set, cp);
     other_.emplace(key, v);
     return v;
+  }
+
+  // Whether every member treats all code points >= 128 alike (memoized).
+  bool uniform(uint32_t set) {
+    if (uniform_.size() <= set) uniform_.resize(sets_.size(), kUnset);
+    if (uniform_[set] == kUnset) uniform_[set] = is_uniform(set) ? 1 : 0;
+    return uniform_[set] == 1;
   }
 
   // The code points some member can consume next (union of the members' character sets).
@@ -351,41 +361,63 @@ class WalkStates {
     return firsts_[set];
   }
 
-  // Which code points keep `set` unchanged (no exit): an ASCII bitmap, and whether every
-  // code point >= 128 does (only decided when all members treat them alike).
-  struct Loop {
+  // A run of a set: the code points that all lead to one same successor `next` (non-empty,
+  // without leaving the context), and how many code points in a row the run goes on
+  // (`depth`): every string of up to `depth` code points from the run's class is consumed
+  // without leaving the context, the k-th one ending in next^k(set). A set that loops on
+  // its class (next == set) has unbounded depth. This lets a walk accept a whole trie
+  // subtree at once: repetitions like `[a-z]*` and bounded ones like `char{0,24}`.
+  struct Run {
     uint64_t ascii[2];
-    bool non_ascii;
+    bool non_ascii;  // every code point >= 128 belongs to the class
+    uint32_t next;
+    uint32_t depth;
   };
-  const Loop& loop(uint32_t set) {
-    if (loops_.size() <= set) {
-      loops_.resize(sets_.size());
-      loop_done_.resize(sets_.size(), 0);
+  static constexpr uint32_t kUnbounded = 1u << 30;
+
+  Run run(uint32_t set) {
+    if (runs_.size() <= set) {
+      runs_.resize(sets_.size());
+      run_state_.resize(sets_.size(), 0);
     }
-    if (!loop_done_[set]) {
-      Loop l{{0, 0}, false};
-      for (uint32_t c = 0; c < 128; ++c) {
-        if (step(set, c) == (set << 1)) l.ascii[c >> 6] |= 1ull << (c & 63);
+    if (run_state_[set] == 2) return runs_[set];
+    // Follow the chain of successors until a known depth, a break, or the cap; then fill
+    // the depths backwards.
+    chain_.clear();
+    uint32_t cur = set;
+    uint32_t tail_depth = 0;
+    while (true) {
+      const Run r = run_base(cur);
+      if (r.next == 0) {
+        tail_depth = 0;
+        break;
       }
-      bool uniform = true;
-      const auto [off, len] = sets_[set];
-      for (uint32_t i = 0; i < len && uniform; ++i) {
-        const Elem& e = g_.elems[pool_.pos(data_[off + i])];
-        if (e.kind != detail::kChars) continue;
-        const CharSet& cs = g_.charsets[e.arg];
-        if (cs.any) continue;
-        bool none = true, all = false;
-        for (const auto& r : cs.ranges) {
-          if (r.hi >= 128) none = false;
-          if (r.lo <= 128 && r.hi == 0xFFFFFFFFu) all = true;
-        }
-        uniform = none || all;
+      if (r.next == cur) {
+        tail_depth = kUnbounded;
+        break;
       }
-      l.non_ascii = uniform && step(set, 0x100) == (set << 1);
-      loops_[set] = l;
-      loop_done_[set] = 1;
+      const Run nb = run_base(r.next);
+      const bool covers = (r.ascii[0] & ~nb.ascii[0]) == 0 && (r.ascii[1] & ~nb.ascii[1]) == 0 &&
+                          (!r.non_ascii || nb.non_ascii);
+      if (!covers || chain_.size() >= kMaxChain) {
+        tail_depth = 1;
+        break;
+      }
+      if (run_state_[r.next] == 2) {
+        tail_depth = std::min(kUnbounded, runs_[r.next].depth + 1);
+        break;
+      }
+      chain_.push_back(cur);
+      cur = r.next;
     }
-    return loops_[set];
+    runs_[cur].depth = tail_depth;
+    run_state_[cur] = 2;
+    for (size_t i = chain_.size(); i-- > 0;) {
+      const uint32_t s = chain_[i];
+      runs_[s].depth = std::min(kUnbounded, runs_[runs_[s].next].depth + 1);
+      run_state_[s] = 2;
+    }
+    return runs_[set];
   }
 
   const uint32_t* members(uint32_t set, uint32_t* n) const {
@@ -395,6 +427,104 @@ class WalkStates {
 
  private:
   static constexpr uint32_t kUnset = 0xFFFFFFFFu;
+  static constexpr size_t kMaxChain = 256;
+
+  // The class and successor of a run (depth not yet known). Successors are computed
+  // without interning them: only the chosen one becomes a set, so asking for runs does not
+  // grow the number of sets beyond what walks need (CompileOptions::max_walk_states).
+  Run run_base(uint32_t set) {
+    if (runs_.size() <= set) {
+      runs_.resize(sets_.size());
+      run_state_.resize(sets_.size(), 0);
+    }
+    if (run_state_[set] != 0) return runs_[set];
+    cands_.clear();
+    int32_t cand_of[128];
+    const CharSet& f = first(set);
+    for (uint32_t c = 0; c < 128; ++c) {
+      cand_of[c] = (f.ascii[c >> 6] >> (c & 63)) & 1u ? probe(set, c) : -1;
+    }
+    int32_t best = -1;
+    uint32_t best_n = 0;
+    for (size_t k = 0; k < cands_.size(); ++k) {
+      if (cands_[k].count > best_n) {
+        best = static_cast<int32_t>(k);
+        best_n = cands_[k].count;
+      }
+    }
+    // Code points >= 128 belong to the class only when every member treats them alike.
+    bool non_ascii = false;
+    if (uniform(set)) {
+      const int32_t k = probe(set, 0x100);
+      if (k >= 0 && (best < 0 || k == best)) {
+        best = k;
+        non_ascii = true;
+      }
+    }
+    Run r{{0, 0}, non_ascii, 0, 0};
+    if (best >= 0) {
+      members_ = cands_[static_cast<size_t>(best)].members;
+      r.next = intern(members_);
+      for (uint32_t c = 0; c < 128; ++c) {
+        if (cand_of[c] == best) r.ascii[c >> 6] |= 1ull << (c & 63);
+      }
+    }
+    if (runs_.size() <= set) {  // intern() may have added a set
+      runs_.resize(sets_.size());
+      run_state_.resize(sets_.size(), 0);
+    }
+    runs_[set] = r;
+    run_state_[set] = 1;
+    return r;
+  }
+
+  // The successor of `set` on cp as a candidate index into cands_ (counted), or -1 when it
+  // is empty or leaves the context. Does not intern anything.
+  int32_t probe(uint32_t set, uint32_t cp) {
+    scratch_.clear();
+    const auto [off, len] = sets_[set];
+    for (uint32_t i = 0; i < len; ++i) {
+      const uint32_t c = data_[off + i];
+      const Elem& e = g_.elems[pool_.pos(c)];
+      if (e.kind != detail::kChars || !g_.charsets[e.arg].match(cp)) continue;
+      uint32_t n;
+      const uint32_t* s = pool_.succ(c, &n);
+      for (uint32_t k = 0; k < n; ++k) {
+        if (s[k] == StackPool::kEmpty) return -1;
+        scratch_.push_back(s[k]);
+      }
+    }
+    if (scratch_.empty()) return -1;
+    std::sort(scratch_.begin(), scratch_.end());
+    scratch_.erase(std::unique(scratch_.begin(), scratch_.end()), scratch_.end());
+    for (size_t k = 0; k < cands_.size(); ++k) {
+      if (cands_[k].members == scratch_) {
+        if (cp < 128) ++cands_[k].count;
+        return static_cast<int32_t>(k);
+      }
+    }
+    cands_.push_back({scratch_, cp < 128 ? 1u : 0u});
+    return static_cast<int32_t>(cands_.size() - 1);
+  }
+
+  // Whether every member treats all code points >= 128 alike (so 0x100 stands for them).
+  bool is_uniform(uint32_t set) const {
+    const auto [off, len] = sets_[set];
+    for (uint32_t i = 0; i < len; ++i) {
+      const Elem& e = g_.elems[pool_.pos(data_[off + i])];
+      if (e.kind != detail::kChars) continue;
+      const CharSet& cs = g_.charsets[e.arg];
+      if (cs.any) continue;
+      bool none = true, all = false;
+      for (const auto& r : cs.ranges) {
+        if (r.hi >= 128) none = false;
+        if (r.lo <= 128 && r.hi == 0xFFFFFFFFu) all = true;
+      }
+      if (!none && !all) return false;
+    }
+    return true;
+  }
+
   uint32_t compute(uint32_t set, uint32_t cp) {
     scratch_.clear();
     bool exited = false;
@@ -413,8 +543,8 @@ class WalkStates {
         }
       }
     }
-    std::vector<uint32_t> m = scratch_;
-    return (intern(m) << 1) | (exited ? 1u : 0u);
+    members_.assign(scratch_.begin(), scratch_.end());
+    return (intern(members_) << 1) | (exited ? 1u : 0u);
   }
 
   StackPool& pool_;
@@ -425,11 +555,18 @@ class WalkStates {
   std::unordered_multimap<uint64_t, uint32_t> index_;
   std::vector<uint32_t> ascii_;
   std::unordered_map<uint64_t, uint32_t> other_;
-  std::vector<uint32_t> scratch_;
+  std::vector<uint32_t> uniform_;  // per set: 1 = all code points >= 128 alike, 0 = not
+  std::vector<uint32_t> scratch_, members_;
   std::deque<CharSet> firsts_;  // a deque: frames keep pointers into it while it grows
   std::vector<uint8_t> first_done_;
-  std::vector<Loop> loops_;
-  std::vector<uint8_t> loop_done_;
+  std::vector<Run> runs_;
+  std::vector<uint8_t> run_state_;  // 0: unknown, 1: class and successor, 2: with depth
+  std::vector<uint32_t> chain_;
+  struct Candidate {
+    std::vector<uint32_t> members;
+    uint32_t count;  // ASCII code points leading to it
+  };
+  std::vector<Candidate> cands_;
 };
 
 struct Classifier {
@@ -440,14 +577,16 @@ struct Classifier {
   const std::vector<uint8_t>& no_text;
   std::vector<Token> accepted, uncertain;
 
+  // The parse state after a trie node's code points.
   struct Frame {
-    uint32_t end;
     uint32_t set;
+    uint32_t depth;  // code points consumed from the context's start
     bool exited;
     bool pending;
     const CharSet* first;  // what the frame's set can consume next (null: nothing)
   };
   std::vector<Frame> frames;
+  std::vector<std::pair<uint32_t, uint32_t>> todo;  // (trie node, parent frame)
 
   bool partial_ok(uint32_t set, PartialUtf8 p) {
     uint32_t n;
@@ -478,13 +617,15 @@ struct Classifier {
     }
   }
 
-  // When every code point below node j keeps the parse state `set` as it is, each token
-  // below is accepted (if its partial tail fits) without walking the subtree.
-  bool bulk_accept(uint32_t j, uint32_t set) {
+  // When every string below node j (at depth `depth`, parse state `set`) stays inside one
+  // run of `set`, each token below is accepted (if its partial tail fits) without walking
+  // the subtree.
+  bool bulk_accept(uint32_t j, uint32_t set, uint32_t depth) {
     const auto& sc = tokens.subtree_chars()[j];
-    const auto& l = states.loop(set);
-    if ((sc.ascii[0] & ~l.ascii[0]) != 0 || (sc.ascii[1] & ~l.ascii[1]) != 0) return false;
-    if (sc.non_ascii && !l.non_ascii) return false;
+    const WalkStates::Run r = states.run(set);
+    if (sc.height > r.depth) return false;
+    if ((sc.ascii[0] & ~r.ascii[0]) != 0 || (sc.ascii[1] & ~r.ascii[1]) != 0) return false;
+    if (sc.non_ascii && !r.non_ascii) return false;
     const auto& trie = tokens.trie();
     const auto& tt = tokens.trie_tokens();
     const uint32_t end = trie[j].end;
@@ -493,39 +634,93 @@ struct Classifier {
     for (uint32_t k = tb; k < te; ++k) {
       const auto& t = tt[k];
       if (!no_text.empty() && no_text[static_cast<size_t>(t.id)]) continue;
-      if (t.partial.n_remain == 0 || partial_ok(set, t.partial)) accepted.push_back(t.id);
+      if (t.partial.n_remain == 0) {
+        accepted.push_back(t.id);
+        continue;
+      }
+      // A partial tail: check it against the set the token's full code points end in.
+      size_t ncp;
+      tokens.code_points(t.id, &ncp);
+      uint32_t s = set;
+      for (size_t d = depth; d < ncp; ++d) s = states.run(s).next;
+      if (partial_ok(s, t.partial)) accepted.push_back(t.id);
     }
     return true;
+  }
+
+  // Queues the children of a node (child_nodes()[cb, ce)) whose code point is in cs and
+  // not in skip, for frame f. Pushed in reverse so that they are visited in trie order.
+  void queue_matching(uint32_t cb, uint32_t ce, const CharSet& cs, const CharSet* skip,
+                      uint32_t f) {
+    const auto& trie = tokens.trie();
+    const auto& kids = tokens.child_nodes();
+    auto take = [&](uint32_t k) {
+      const uint32_t cp = trie[kids[k]].cp;
+      if (cs.match(cp) && (skip == nullptr || !skip->match(cp))) todo.push_back({kids[k], f});
+    };
+    if (cs.any || cs.negated || cs.ranges.size() * 8 > ce - cb) {
+      for (uint32_t k = ce; k-- > cb;) take(k);
+      return;
+    }
+    // Few ranges, many children: binary-search each range.
+    for (size_t ri = cs.ranges.size(); ri-- > 0;) {
+      const auto& r = cs.ranges[ri];
+      uint32_t lo = cb, hi = ce;
+      while (lo < hi) {
+        const uint32_t mid = (lo + hi) / 2;
+        if (trie[kids[mid]].cp <= r.hi) {
+          lo = mid + 1;
+        } else {
+          hi = mid;
+        }
+      }
+      for (uint32_t k = lo; k-- > cb && trie[kids[k]].cp >= r.lo;) take(k);
+    }
+  }
+
+  // Queues the children of node j that may lead somewhere from frame f: those the frame's
+  // set can consume, and after an exit those the rule's FOLLOW allows; every child while
+  // pending.
+  void queue_children(uint32_t j, uint32_t f, const CharSet& follow) {
+    const auto& off = tokens.child_offsets();
+    const uint32_t cb = off[j], ce = off[j + 1];
+    const Frame& fr = frames[f];
+    if (fr.pending) {
+      const auto& kids = tokens.child_nodes();
+      for (uint32_t k = ce; k-- > cb;) todo.push_back({kids[k], f});
+      return;
+    }
+    if (fr.exited) queue_matching(cb, ce, follow, fr.first, f);
+    if (fr.first != nullptr) queue_matching(cb, ce, *fr.first, nullptr, f);
   }
 
   void walk_subtree(uint32_t first, uint32_t root_set, const CharSet& follow) {
     const auto& trie = tokens.trie();
     frames.clear();
-    frames.push_back({trie[first].end, root_set, false, false, &states.first(root_set)});
-    uint32_t j = first;
-    const uint32_t stop = trie[first].end;
-    while (j < stop) {
-      while (j >= frames.back().end) frames.pop_back();
-      const Frame& parent = frames.back();
+    todo.clear();
+    frames.push_back({root_set, 0, false, false, &states.first(root_set)});
+    todo.push_back({first, 0});
+    while (!todo.empty()) {
+      const auto [j, f] = todo.back();
+      todo.pop_back();
+      const Frame parent = frames[f];
       const auto& node = trie[j];
-      // Most children fail at once: test the code point before the (memoized) step.
-      const uint32_t v = parent.first != nullptr && parent.first->match(node.cp)
-                             ? states.step(parent.set, node.cp)
-                             : 0;
+      // Above ASCII, a set that treats all such code points alike needs no range search.
+      uint32_t v = 0;
+      if (parent.first != nullptr &&
+          ((node.cp >= 128 && states.uniform(parent.set)) || parent.first->match(node.cp))) {
+        v = states.step(parent.set, node.cp);
+      }
       const uint32_t set = v >> 1;
       const bool exited = v & 1u;
       const bool pending = parent.pending || (parent.exited && follow.match(node.cp));
-      if (set == 0 && !exited && !pending) {
-        j = node.end;
-        continue;
-      }
+      const uint32_t depth = parent.depth + 1;
+      if (set == 0 && !exited && !pending) continue;
       classify_node(node, set, exited, pending);
-      if (set != 0 && !exited && !pending && node.end > j + 1 && bulk_accept(j, set)) {
-        j = node.end;
-        continue;
-      }
-      frames.push_back({node.end, set, exited, pending, set != 0 ? &states.first(set) : nullptr});
-      ++j;
+      if (node.end == j + 1) continue;  // a leaf
+      if (set != 0 && !exited && !pending && bulk_accept(j, set, depth)) continue;
+      frames.push_back({set, depth, exited, pending, set != 0 ? &states.first(set) : nullptr});
+      queue_children(j, static_cast<uint32_t>(frames.size() - 1), follow);
     }
   }
 
@@ -552,6 +747,83 @@ struct Classifier {
 };
 
 }  // namespace
+
+namespace detail {
+
+// The walk machinery of one compiled grammar, kept after compile while some context masks
+// are still to be computed on first use.
+class ContextClassifier {
+ public:
+  explicit ContextClassifier(const CompiledData& d)
+      : d_(d),
+        follow_(follow_sets(d.g)),
+        walk_pool_(&d.g, nullptr, false),
+        states_(walk_pool_, d.g, d.options.max_walk_states),
+        cl_{*d.tokens, d.g, walk_pool_, states_, d.no_text, {}, {}, {}, {}} {}
+
+  std::unique_ptr<ContextMask> compute(uint32_t n) {
+    const StackPool& pool = d_.contexts;
+    // Walks run on full (uncut) stacks: a copy of the context chain with the empty stack
+    // below it, so that popping below the chain is the only way to leave the context.
+    chain_pos_.clear();
+    for (uint32_t c = n; c != StackPool::kEmpty; c = pool.parent(c))
+      chain_pos_.push_back(pool.pos(c));
+    uint32_t w = StackPool::kEmpty;
+    for (size_t k = chain_pos_.size(); k-- > 0;) w = walk_pool_.make(chain_pos_[k], w);
+    // The chain's bottom decides what may follow when the token leaves the context.
+    cl_.classify_context(w, follow_[d_.g.elem_rule[chain_pos_.back()]]);
+    auto cm = std::make_unique<ContextMask>();
+    const size_t n_vocab = d_.tokens->n_vocab();
+    if (cl_.accepted.size() * 32 > n_vocab) {
+      cm->accepted_bits.assign(bitmask_words(n_vocab), 0);
+      for (Token t : cl_.accepted) bitmask_set(cm->accepted_bits.data(), t);
+    } else {
+      cm->accepted_ids = cl_.accepted;
+      // Sorted: setting the bits in order touches each mask word once.
+      std::sort(cm->accepted_ids.begin(), cm->accepted_ids.end());
+    }
+    // Uncertain tokens stay in trie order: neighbours share prefixes, which the run-time
+    // check reuses.
+    cm->uncertain_ids = cl_.uncertain;
+    return cm;
+  }
+
+ private:
+  const CompiledData& d_;
+  std::vector<CharSet> follow_;
+  StackPool walk_pool_;
+  WalkStates states_;
+  Classifier cl_;
+  std::vector<uint32_t> chain_pos_;
+};
+
+CompiledData::CompiledData() = default;
+CompiledData::~CompiledData() = default;
+
+const ContextMask* CompiledData::compute_mask(uint32_t ctx) const {
+  std::lock_guard<std::mutex> lock(lazy_mu);
+  const ContextMask* m = slots[ctx].load(std::memory_order_acquire);
+  if (m != nullptr || failed[ctx] || !classifier) return m;
+  try {
+    if (masks_bytes_.load() > options.max_memory_bytes) {
+      throw GrammarLimitError("grammar tables exceed " + std::to_string(options.max_memory_bytes) +
+                              " bytes (CompileOptions::max_memory_bytes)");
+    }
+    auto cm = classifier->compute(ctx);
+    masks_bytes_ += cm->memory_bytes();
+    m = cm.get();
+    owned.push_back(std::move(cm));
+  } catch (const GrammarLimitError&) {
+    // Out of limits: the matcher checks this context's tokens one by one instead.
+    failed[ctx] = 1;
+    return nullptr;
+  }
+  slots[ctx].store(m, std::memory_order_release);
+  if (++n_computed_ == n_masked_) classifier.reset();  // every mask is known
+  return m;
+}
+
+}  // namespace detail
 
 CompiledGrammar::~CompiledGrammar() = default;
 
@@ -635,63 +907,16 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
                               " grammar contexts (CompileOptions::max_contexts)");
     }
   }
-  const std::vector<CharSet> follow = follow_sets(d.g);
-  // Walks run on full (uncut) stacks: a copy of the context chain with the empty stack
-  // below it, so that popping below the chain is the only way to leave the context.
-  StackPool walk_pool(&d.g, nullptr, false);
-  WalkStates states(walk_pool, d.g, options.max_walk_states);
-  Classifier cl{tokens, d.g, walk_pool, states, d.no_text, {}, {}, {}};
-  std::vector<uint32_t> chain_pos;
-  const size_t words = bitmask_words(n_vocab);
-  d.ctx_mask.assign(pool.size(), CompiledData::kNone);
   const size_t n_nodes = pool.size();
+  d.has_mask.assign(n_nodes, 0);
+  d.slots = std::make_unique<std::atomic<const detail::ContextMask*>[]>(n_nodes);
+  d.failed.assign(n_nodes, 0);
   for (uint32_t n = 1; n < n_nodes; ++n) {
-    const Elem& e = d.g.elems[pool.pos(n)];
-    if (e.kind != detail::kChars) continue;
-    // The chain's bottom decides what may follow when the token leaves the context.
-    chain_pos.clear();
-    for (uint32_t c = n; c != StackPool::kEmpty; c = pool.parent(c))
-      chain_pos.push_back(pool.pos(c));
-    uint32_t w = StackPool::kEmpty;
-    for (size_t k = chain_pos.size(); k-- > 0;) w = walk_pool.make(chain_pos[k], w);
-    cl.classify_context(w, follow[d.g.elem_rule[chain_pos.back()]]);
-    detail::ContextMask cm;
-    if (cl.accepted.size() * 32 > n_vocab) {
-      cm.accepted_bitset = true;
-      cm.accepted_off = static_cast<uint32_t>(d.bitset_words.size());
-      cm.accepted_len = static_cast<uint32_t>(words);
-      d.bitset_words.resize(d.bitset_words.size() + words, 0);
-      uint32_t* w = d.bitset_words.data() + cm.accepted_off;
-      for (Token t : cl.accepted) bitmask_set(w, t);
-    } else {
-      std::sort(cl.accepted.begin(), cl.accepted.end());
-      cm.accepted_off = static_cast<uint32_t>(d.accepted_ids.size());
-      cm.accepted_len = static_cast<uint32_t>(cl.accepted.size());
-      d.accepted_ids.insert(d.accepted_ids.end(), cl.accepted.begin(), cl.accepted.end());
-    }
-    // Uncertain tokens stay in trie order: neighbours share prefixes, which the run-time
-    // check reuses.
-    cm.uncertain_off = static_cast<uint32_t>(d.uncertain_ids.size());
-    cm.uncertain_len = static_cast<uint32_t>(cl.uncertain.size());
-    d.uncertain_ids.insert(d.uncertain_ids.end(), cl.uncertain.begin(), cl.uncertain.end());
-    d.ctx_mask[n] = static_cast<uint32_t>(d.masks.size());
-    d.masks.push_back(cm);
-    if ((n & 15) == 0) {
-      if (ms_since(t0) > options.max_compile_ms) {
-        throw GrammarLimitError("grammar compile exceeded " +
-                                std::to_string(options.max_compile_ms) +
-                                " ms (CompileOptions::max_compile_ms)");
-      }
-      const size_t mem =
-          d.bitset_words.size() * 4 + d.accepted_ids.size() * 4 + d.uncertain_ids.size() * 4;
-      if (mem > options.max_memory_bytes) {
-        throw GrammarLimitError("grammar tables exceed " +
-                                std::to_string(options.max_memory_bytes) +
-                                " bytes (CompileOptions::max_memory_bytes)");
-      }
-    }
+    if (d.g.elems[pool.pos(n)].kind != detail::kChars) continue;
+    d.has_mask[n] = 1;
+    ++d.n_masked_;
   }
-  d.text_tokens_bitset.assign(words, 0);
+  d.text_tokens_bitset.assign(bitmask_words(n_vocab), 0);
   for (size_t t = 0; t < n_vocab; ++t) {
     if (tokens.kind(static_cast<Token>(t)) != TokenIndex::Kind::kText) continue;
     if (!d.no_text.empty() && d.no_text[t]) continue;
@@ -699,6 +924,32 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
     tokens.code_points(static_cast<Token>(t), &ncp);
     if (ncp > 0) bitmask_set(d.text_tokens_bitset.data(), static_cast<Token>(t));
   }
+  if (d.n_masked_ == 0) {
+    d.compile_ms = ms_since(t0);
+    return cg;
+  }
+  d.classifier = std::make_unique<detail::ContextClassifier>(d);
+  // Masks computed now, within the eager budget (every one when it is negative); the rest
+  // on first use. Limits found now are errors; limits found later fall back to checking
+  // tokens one by one.
+  const bool all = options.eager_ms < 0;
+  for (uint32_t n = 1; n < n_nodes && (all || ms_since(t0) < options.eager_ms); ++n) {
+    if (!d.has_mask[n]) continue;
+    auto cm = d.classifier->compute(n);
+    d.masks_bytes_ += cm->memory_bytes();
+    d.slots[n].store(cm.get(), std::memory_order_relaxed);
+    d.owned.push_back(std::move(cm));
+    ++d.n_computed_;
+    if (ms_since(t0) > options.max_compile_ms) {
+      throw GrammarLimitError("grammar compile exceeded " + std::to_string(options.max_compile_ms) +
+                              " ms (CompileOptions::max_compile_ms)");
+    }
+    if (d.masks_bytes_.load() > options.max_memory_bytes) {
+      throw GrammarLimitError("grammar tables exceed " + std::to_string(options.max_memory_bytes) +
+                              " bytes (CompileOptions::max_memory_bytes)");
+    }
+  }
+  if (d.n_computed_ == d.n_masked_) d.classifier.reset();
   d.compile_ms = ms_since(t0);
   return cg;
 }
@@ -709,9 +960,8 @@ size_t CompiledGrammar::memory_bytes() const {
          d.g.alt_starts.capacity() * 4 + d.g.rule_alt_begin.capacity() * 4 +
          d.g.elem_rule.capacity() * 4 + d.g.rule_owner.capacity() * 4 +
          d.g.rule_generated.capacity() + d.g.charsets.capacity() * sizeof(CharSet) +
-         d.contexts.memory_bytes() + d.ctx_mask.capacity() * 4 +
-         d.masks.capacity() * sizeof(detail::ContextMask) + d.bitset_words.capacity() * 4 +
-         d.accepted_ids.capacity() * 4 + d.uncertain_ids.capacity() * 4 +
+         d.contexts.memory_bytes() + d.has_mask.capacity() + d.failed.capacity() +
+         d.contexts.size() * sizeof(void*) + d.masks_memory_bytes() +
          d.text_tokens_bitset.capacity() * 4 + d.no_text.capacity();
 }
 double CompiledGrammar::compile_ms() const {
@@ -727,7 +977,10 @@ const CompileOptions& CompiledGrammar::options() const {
   return data_->options;
 }
 size_t CompiledGrammar::n_contexts() const {
-  return data_->masks.size();
+  return data_->n_masked_contexts();
+}
+size_t CompiledGrammar::n_contexts_computed() const {
+  return data_->n_computed();
 }
 
 }  // namespace lacuna

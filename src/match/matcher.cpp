@@ -175,23 +175,19 @@ class MatcherState {
         }
         continue;
       }
-      const uint32_t ctx = pool_.ctx(s);
-      const uint32_t mi = ctx == StackPool::kUnknown || ctx >= d_->ctx_mask.size()
-                              ? CompiledData::kNone
-                              : d_->ctx_mask[ctx];
-      if (mi == CompiledData::kNone) {
+      const detail::ContextMask* cm = d_->mask(pool_.ctx(s));
+      if (cm == nullptr) {
         check_all_tokens(s, words);
         continue;
       }
-      const detail::ContextMask& cm = d_->masks[mi];
-      if (cm.accepted_bitset) {
-        const uint32_t* src = d_->bitset_words.data() + cm.accepted_off;
+      if (!cm->accepted_bits.empty()) {
+        const uint32_t* src = cm->accepted_bits.data();
         for (size_t w = 0; w < nw; ++w) words[w] |= src[w];
       } else {
-        const Token* ids = d_->accepted_ids.data() + cm.accepted_off;
-        for (uint32_t k = 0; k < cm.accepted_len; ++k) bitmask_set(words, ids[k]);
+        for (Token t : cm->accepted_ids) bitmask_set(words, t);
       }
-      check_uncertain(s, d_->uncertain_ids.data() + cm.uncertain_off, cm.uncertain_len, words);
+      check_uncertain(s, cm->uncertain_ids.data(), static_cast<uint32_t>(cm->uncertain_ids.size()),
+                      words);
     }
     if (allow_eog) {
       for (Token t : tokens.eog_tokens()) bitmask_set(words, t);
