@@ -62,8 +62,10 @@ nlohmann::json summary(std::vector<double> v) {
 void usage() {
   std::fprintf(stderr,
                "usage: lacuna bench mask [--vocab PATH.gguf] [--grammar FILE.gbnf] [--text FILE]\n"
-               "                         [--json] [--no-baseline] [--repeat N]\n"
-               "defaults: llama-bpe vocabulary, grammars/json.gbnf, bench/data/sample.json\n");
+               "                         [--json] [--no-baseline] [--repeat N] [--eager-ms MS]\n"
+               "defaults: llama-bpe vocabulary, grammars/json.gbnf, bench/data/sample.json\n"
+               "--eager-ms: compile-time budget for context masks (CompileOptions::eager_ms;\n"
+               "            -1 = all at compile time, 0 = all on first use)\n");
 }
 
 }  // namespace
@@ -75,6 +77,7 @@ LACUNA_COMMAND(cmd_bench_mask, "bench-mask", "time token masks vs llama.cpp's gr
   std::string text_path = "bench/data/sample.json";
   bool json = false, baseline = true;
   int repeat = 1;
+  lacuna::CompileOptions options;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -93,6 +96,8 @@ LACUNA_COMMAND(cmd_bench_mask, "bench-mask", "time token masks vs llama.cpp's gr
       baseline = false;
     } else if (a == "--repeat") {
       repeat = std::max(1, std::stoi(next()));
+    } else if (a == "--eager-ms") {
+      options.eager_ms = std::stod(next());
     } else if (a == "-h" || a == "--help") {
       usage();
       return 0;
@@ -124,12 +129,14 @@ LACUNA_COMMAND(cmd_bench_mask, "bench-mask", "time token masks vs llama.cpp's gr
   std::shared_ptr<const lacuna::CompiledGrammar> cg;
   std::vector<std::vector<uint32_t>> our_masks;
   std::vector<bool> partial_at;  // a UTF-8 sequence was pending before that step
+  size_t computed_at_compile = 0;
   for (int r = 0; r < repeat; ++r) {
     auto t0 = Clock::now();
     double c0 = thread_cpu_us();
-    cg = lacuna::CompiledGrammar::compile(lacuna::parse_gbnf(gbnf), index);
+    cg = lacuna::CompiledGrammar::compile(lacuna::parse_gbnf(gbnf), index, options);
     compile_cpu_us.push_back(thread_cpu_us() - c0);
     compile_us.push_back(us_since(t0));
+    computed_at_compile = cg->n_contexts_computed();
     lacuna::GrammarMatcher m(cg);
     std::vector<uint32_t> words(lacuna::bitmask_words(n_vocab));
     for (size_t i = 0; i < toks.size(); ++i) {
@@ -162,6 +169,9 @@ LACUNA_COMMAND(cmd_bench_mask, "bench-mask", "time token masks vs llama.cpp's gr
   out["lacuna"]["mask_cpu_us"] = summary(mask_cpu_us);
   out["lacuna"]["memory_bytes"] = cg->memory_bytes();
   out["lacuna"]["contexts"] = cg->n_contexts();
+  out["lacuna"]["eager_ms"] = options.eager_ms;
+  out["lacuna"]["contexts_computed_at_compile"] = computed_at_compile;
+  out["lacuna"]["contexts_computed_after_walk"] = cg->n_contexts_computed();
 
   if (baseline) {
     auto t0 = Clock::now();
@@ -213,6 +223,8 @@ LACUNA_COMMAND(cmd_bench_mask, "bench-mask", "time token masks vs llama.cpp's gr
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::printf("grammar %s, %zu tokens, vocab %zu\n", grammar_path.c_str(), toks.size(), n_vocab);
+    std::printf("contexts: %zu, masks computed at compile %zu, after the walk %zu\n",
+                cg->n_contexts(), computed_at_compile, cg->n_contexts_computed());
     std::printf("lacuna cpu: compile %.0f us, mask avg %.2f us p50 %.2f p99 %.2f max %.2f\n",
                 out["lacuna"]["compile_cpu_us"].get<double>(),
                 out["lacuna"]["mask_cpu_us"]["avg"].get<double>(),
