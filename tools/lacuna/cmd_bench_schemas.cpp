@@ -54,6 +54,7 @@ struct Config {
   lacuna::SchemaOptions schema;
   bool keep_order = false;
   double timeout_ms = 10000;
+  double eager_ms = lacuna::CompileOptions{}.eager_ms;
   bool byte_level = false;
 };
 
@@ -114,6 +115,7 @@ FileResult run_file(const std::filesystem::path& path, const Config& cfg,
     lacuna::Grammar g = lacuna::parse_gbnf(gbnf);
     lacuna::CompileOptions co;
     co.max_compile_ms = cfg.timeout_ms;
+    co.eager_ms = cfg.eager_ms;
     compiled = lacuna::CompiledGrammar::compile(g, cfg.byte_level ? nullptr : index, co);
   } catch (const lacuna::SchemaError& e) {
     r.status = "unsupported";
@@ -220,6 +222,9 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
   app.add_option("--limit", limit, "stop after this many files with tests");
   app.add_option("--filter", filter, "only files whose name contains this");
   app.add_option("--timeout-ms", cfg.timeout_ms, "per-file time limit (default 10000)");
+  app.add_option("--eager-ms", cfg.eager_ms,
+                 "compile-time budget for context masks, the rest on first use "
+                 "(CompileOptions::eager_ms; -1 all at compile, 0 all on first use)");
   app.add_flag("--strict", strict, "strict mode: unsupported keywords are errors");
   app.add_flag("--compact", compact, "compact whitespace mode (default: flexible)");
   app.add_flag("--keep-order", cfg.keep_order,
