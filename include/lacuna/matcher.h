@@ -35,16 +35,17 @@ struct CompileOptions {
   bool special_tokens_as_text = true;
   // Precompute token classes over whole chains of non-recursive rules (more contexts,
   // far fewer tokens left to check at run time). Compile falls back to per-rule contexts
-  // when this exceeds max_inline_contexts.
+  // when this exceeds max_inline_contexts. Contexts cost little at compile time now that
+  // their masks are computed within eager_ms or on first use, so the bound is high.
   bool inline_rules = true;
-  size_t max_inline_contexts = 20000;
+  size_t max_inline_contexts = 200000;
   // Token classes of grammar contexts are computed by compile() for up to this many
   // milliseconds (counted from the start of compile); the rest are computed on first use
   // by a matcher and then shared by every matcher of the grammar (thread-safe). Negative:
   // all at compile time (compile may be slow, no matcher ever waits); 0: all on first use
   // (compile is fast, a first visit of a context costs one vocabulary walk). Masks are the
   // same either way.
-  double eager_ms = 10.0;
+  double eager_ms = 50.0;
 };
 
 namespace detail {
