@@ -23,42 +23,57 @@ std::string read_file(const std::string& p) {
   return ss.str();
 }
 
-}  // namespace
-
-TEST(MatcherThreads, SharedCompiledGrammarManyMatchers) {
+// The llama-bpe vocabulary, vocab only (null when missing).
+llama_model* load_bpe_vocab() {
   llama_backend_init();
   llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
   llama_model_params mp = llama_model_default_params();
   mp.vocab_only = true;
   std::string path = std::string(LACUNA_LLAMA_SRC_DIR) + "/models/ggml-vocab-llama-bpe.gguf";
-  llama_model* model = llama_model_load_from_file(path.c_str(), mp);
+  return llama_model_load_from_file(path.c_str(), mp);
+}
+
+std::vector<llama_token> tokenize_text(const llama_vocab* vocab, const std::string& text) {
+  std::vector<llama_token> toks(text.size() + 8);
+  int32_t n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), toks.data(),
+                             static_cast<int32_t>(toks.size()), false, false);
+  toks.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return toks;
+}
+
+// The masks before each token of the walk, single-threaded (empty if the walk is refused).
+std::vector<std::vector<uint32_t>> reference_masks(std::shared_ptr<const CompiledGrammar> cg,
+                                                   const std::vector<llama_token>& toks) {
+  const size_t words = bitmask_words(cg->n_vocab());
+  std::vector<std::vector<uint32_t>> ref;
+  GrammarMatcher m(std::move(cg));
+  for (Token t : toks) {
+    std::vector<uint32_t> w(words);
+    m.fill_next_token_bitmask(w.data());
+    ref.push_back(w);
+    if (!m.accept_token(t)) return {};
+  }
+  if (!m.is_completed()) return {};
+  return ref;
+}
+
+}  // namespace
+
+TEST(MatcherThreads, SharedCompiledGrammarManyMatchers) {
+  llama_model* model = load_bpe_vocab();
   ASSERT_NE(model, nullptr);
   const llama_vocab* vocab = llama_model_get_vocab(model);
   auto index = TokenIndex::build(vocab);
   auto cg = CompiledGrammar::compile(
       parse_gbnf(read_file(std::string(LACUNA_LLAMA_SRC_DIR) + "/grammars/json.gbnf")), index);
 
-  const std::string text =
-      R"({"name": "Zoë", "n": [1, -2.5, 3e+7], "ok": true, "s": "a\"b\\c\u00e9", "o": {"k": null}})";
-  std::vector<llama_token> toks(text.size() + 8);
-  int32_t n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), toks.data(),
-                             static_cast<int32_t>(toks.size()), false, false);
-  ASSERT_GT(n, 0);
-  toks.resize(static_cast<size_t>(n));
-
-  // Reference masks, single-threaded.
+  const std::vector<llama_token> toks = tokenize_text(
+      vocab,
+      R"({"name": "Zoë", "n": [1, -2.5, 3e+7], "ok": true, "s": "a\"b\\c\u00e9", "o": {"k": null}})");
+  ASSERT_FALSE(toks.empty());
   const size_t words = bitmask_words(index->n_vocab());
-  std::vector<std::vector<uint32_t>> ref;
-  {
-    GrammarMatcher m(cg);
-    for (Token t : toks) {
-      std::vector<uint32_t> w(words);
-      m.fill_next_token_bitmask(w.data());
-      ref.push_back(w);
-      ASSERT_TRUE(m.accept_token(t));
-    }
-    EXPECT_TRUE(m.is_completed());
-  }
+  const std::vector<std::vector<uint32_t>> ref = reference_masks(cg, toks);
+  ASSERT_EQ(ref.size(), toks.size());
 
   constexpr int kThreads = 4;
   std::vector<int> mismatches(kThreads, 0);
@@ -93,12 +108,7 @@ TEST(MatcherThreads, SharedCompiledGrammarManyMatchers) {
 // Masks computed on first use: several threads reach the same uncomputed contexts at once;
 // each mask is computed once, published safely, and equals the one computed at compile time.
 TEST(MatcherThreads, LazyMasksComputedConcurrently) {
-  llama_backend_init();
-  llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
-  llama_model_params mp = llama_model_default_params();
-  mp.vocab_only = true;
-  std::string path = std::string(LACUNA_LLAMA_SRC_DIR) + "/models/ggml-vocab-llama-bpe.gguf";
-  llama_model* model = llama_model_load_from_file(path.c_str(), mp);
+  llama_model* model = load_bpe_vocab();
   ASSERT_NE(model, nullptr);
   const llama_vocab* vocab = llama_model_get_vocab(model);
   auto index = TokenIndex::build(vocab);
@@ -114,23 +124,11 @@ ws ::= [ \t\n]{0,4})");
   EXPECT_EQ(cg_eager->n_contexts_computed(), cg_eager->n_contexts());
   EXPECT_EQ(cg_lazy->n_contexts_computed(), 0u);
 
-  const std::string text = R"({ "k": "hello wor", "abc",  "x"})";
-  std::vector<llama_token> toks(text.size() + 8);
-  int32_t n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), toks.data(),
-                             static_cast<int32_t>(toks.size()), false, false);
-  ASSERT_GT(n, 0);
-  toks.resize(static_cast<size_t>(n));
+  const std::vector<llama_token> toks = tokenize_text(vocab, R"({ "k": "hello wor", "abc",  "x"})");
+  ASSERT_FALSE(toks.empty());
   const size_t words = bitmask_words(index->n_vocab());
-  std::vector<std::vector<uint32_t>> ref;
-  {
-    GrammarMatcher m(cg_eager);
-    for (Token t : toks) {
-      std::vector<uint32_t> w(words);
-      m.fill_next_token_bitmask(w.data());
-      ref.push_back(w);
-      ASSERT_TRUE(m.accept_token(t));
-    }
-  }
+  const std::vector<std::vector<uint32_t>> ref = reference_masks(cg_eager, toks);
+  ASSERT_EQ(ref.size(), toks.size());
   constexpr int kThreads = 4;
   std::vector<int> mismatches(kThreads, 0);
   std::vector<std::thread> threads;

@@ -376,10 +376,7 @@ class WalkStates {
   static constexpr uint32_t kUnbounded = 1u << 30;
 
   Run run(uint32_t set) {
-    if (runs_.size() <= set) {
-      runs_.resize(sets_.size());
-      run_state_.resize(sets_.size(), 0);
-    }
+    grow_runs();
     if (run_state_[set] == 2) return runs_[set];
     // Follow the chain of successors until a known depth, a break, or the cap; then fill
     // the depths backwards.
@@ -429,14 +426,16 @@ class WalkStates {
   static constexpr uint32_t kUnset = 0xFFFFFFFFu;
   static constexpr size_t kMaxChain = 256;
 
+  void grow_runs() {
+    runs_.resize(sets_.size());
+    run_state_.resize(sets_.size(), 0);
+  }
+
   // The class and successor of a run (depth not yet known). Successors are computed
   // without interning them: only the chosen one becomes a set, so asking for runs does not
   // grow the number of sets beyond what walks need (CompileOptions::max_walk_states).
   Run run_base(uint32_t set) {
-    if (runs_.size() <= set) {
-      runs_.resize(sets_.size());
-      run_state_.resize(sets_.size(), 0);
-    }
+    grow_runs();
     if (run_state_[set] != 0) return runs_[set];
     cands_.clear();
     int32_t cand_of[128];
@@ -469,10 +468,7 @@ class WalkStates {
         if (cand_of[c] == best) r.ascii[c >> 6] |= 1ull << (c & 63);
       }
     }
-    if (runs_.size() <= set) {  // intern() may have added a set
-      runs_.resize(sets_.size());
-      run_state_.resize(sets_.size(), 0);
-    }
+    grow_runs();  // intern() may have added a set
     runs_[set] = r;
     run_state_[set] = 1;
     return r;
@@ -481,19 +477,7 @@ class WalkStates {
   // The successor of `set` on cp as a candidate index into cands_ (counted), or -1 when it
   // is empty or leaves the context. Does not intern anything.
   int32_t probe(uint32_t set, uint32_t cp) {
-    scratch_.clear();
-    const auto [off, len] = sets_[set];
-    for (uint32_t i = 0; i < len; ++i) {
-      const uint32_t c = data_[off + i];
-      const Elem& e = g_.elems[pool_.pos(c)];
-      if (e.kind != detail::kChars || !g_.charsets[e.arg].match(cp)) continue;
-      uint32_t n;
-      const uint32_t* s = pool_.succ(c, &n);
-      for (uint32_t k = 0; k < n; ++k) {
-        if (s[k] == StackPool::kEmpty) return -1;
-        scratch_.push_back(s[k]);
-      }
-    }
+    if (successors(set, cp, true)) return -1;
     if (scratch_.empty()) return -1;
     std::sort(scratch_.begin(), scratch_.end());
     scratch_.erase(std::unique(scratch_.begin(), scratch_.end()), scratch_.end());
@@ -525,7 +509,9 @@ class WalkStates {
     return true;
   }
 
-  uint32_t compute(uint32_t set, uint32_t cp) {
+  // Fills scratch_ with the successors of the members of `set` that consume cp. Returns
+  // whether some member leaves the context (stopping there when stop_at_exit).
+  bool successors(uint32_t set, uint32_t cp, bool stop_at_exit) {
     scratch_.clear();
     bool exited = false;
     const auto [off, len] = sets_[set];
@@ -536,13 +522,20 @@ class WalkStates {
       uint32_t n;
       const uint32_t* s = pool_.succ(c, &n);
       for (uint32_t k = 0; k < n; ++k) {
-        if (s[k] == StackPool::kEmpty) {
-          exited = true;
-        } else {
+        if (s[k] != StackPool::kEmpty) {
           scratch_.push_back(s[k]);
+        } else if (stop_at_exit) {
+          return true;
+        } else {
+          exited = true;
         }
       }
     }
+    return exited;
+  }
+
+  uint32_t compute(uint32_t set, uint32_t cp) {
+    const bool exited = successors(set, cp, false);
     members_.assign(scratch_.begin(), scratch_.end());
     return (intern(members_) << 1) | (exited ? 1u : 0u);
   }
