@@ -13,40 +13,15 @@
 #include "lacuna/grammar.h"
 #include "lacuna/json_schema.h"
 #include "lacuna/matcher.h"
+#include "schema_test_support.h"
 
 namespace {
 
 using lacuna::SchemaOptions;
 
-class Lang {
- public:
-  explicit Lang(const std::string& schema, SchemaOptions opt = compact()) {
-    gbnf_ = lacuna::json_schema_to_gbnf(schema, opt);
-    compiled_ = lacuna::CompiledGrammar::compile(lacuna::parse_gbnf(gbnf_), nullptr);
-  }
-  static SchemaOptions compact() {
-    SchemaOptions o;
-    o.whitespace = SchemaOptions::Whitespace::Compact;
-    return o;
-  }
-  bool accepts(const std::string& text) const {
-    lacuna::GrammarMatcher m(compiled_);
-    return m.accept_string(text) && m.is_completed();
-  }
-  const std::string& gbnf() const { return gbnf_; }
-
- private:
-  std::string gbnf_;
-  std::shared_ptr<const lacuna::CompiledGrammar> compiled_;
-};
-
-void expect_language(const Lang& l, const std::vector<std::string>& yes,
-                     const std::vector<std::string>& no) {
-  for (const std::string& s : yes)
-    EXPECT_TRUE(l.accepts(s)) << "should accept " << s << "\n" << l.gbnf();
-  for (const std::string& s : no)
-    EXPECT_FALSE(l.accepts(s)) << "should refuse " << s << "\n" << l.gbnf();
-}
+using lacuna::testing::compact;
+using lacuna::testing::expect_language;
+using lacuna::testing::Lang;
 
 TEST(JsonSchemaType, Scalars) {
   expect_language(Lang(R"({"type":"string"})"), {R"("")", R"("a b")", R"("\n\u00e9\"")", "\"é\""},
@@ -81,7 +56,7 @@ TEST(JsonSchemaObject, AdditionalProperties) {
                   {R"({"a":"s"})", R"({"x":1,"a":"s"})"});
   Lang typed(R"({"type":"object","additionalProperties":{"type":"boolean"}})");
   expect_language(typed, {R"({"q":true,"r":false})", "{}"}, {R"({"q":1})"});
-  SchemaOptions closed = Lang::compact();
+  SchemaOptions closed = compact();
   closed.additional_properties_default = false;
   expect_language(Lang(R"({"type":"object","properties":{"a":{"type":"integer"}}})", closed),
                   {R"({"a":1})", "{}"}, {R"({"x":1})"});

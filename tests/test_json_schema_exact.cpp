@@ -14,47 +14,15 @@
 #include "lacuna/grammar.h"
 #include "lacuna/json_schema.h"
 #include "lacuna/matcher.h"
+#include "schema_test_support.h"
 
 namespace {
 
 using lacuna::SchemaOptions;
 
-SchemaOptions compact(bool strict = false) {
-  SchemaOptions o;
-  o.whitespace = SchemaOptions::Whitespace::Compact;
-  o.strict = strict;
-  return o;
-}
-
-class Lang {
- public:
-  explicit Lang(const std::string& schema, SchemaOptions opt = compact()) {
-    opt.on_warning = [this](const std::string& k, const std::string&, const std::string&) {
-      warnings_.push_back(k);
-    };
-    gbnf_ = lacuna::json_schema_to_gbnf(schema, opt);
-    compiled_ = lacuna::CompiledGrammar::compile(lacuna::parse_gbnf(gbnf_), nullptr);
-  }
-  bool accepts(const std::string& text) const {
-    lacuna::GrammarMatcher m(compiled_);
-    return m.accept_string(text) && m.is_completed();
-  }
-  const std::string& gbnf() const { return gbnf_; }
-  const std::vector<std::string>& warnings() const { return warnings_; }
-
- private:
-  std::string gbnf_;
-  std::vector<std::string> warnings_;
-  std::shared_ptr<const lacuna::CompiledGrammar> compiled_;
-};
-
-void expect_language(const Lang& l, const std::vector<std::string>& yes,
-                     const std::vector<std::string>& no) {
-  for (const std::string& s : yes)
-    EXPECT_TRUE(l.accepts(s)) << "should accept " << s << "\n" << l.gbnf();
-  for (const std::string& s : no)
-    EXPECT_FALSE(l.accepts(s)) << "should refuse " << s << "\n" << l.gbnf();
-}
+using lacuna::testing::compact;
+using lacuna::testing::expect_language;
+using lacuna::testing::Lang;
 
 // The keyword a strict conversion fails on ("" when it succeeds).
 std::string strict_error_keyword(const std::string& schema) {
