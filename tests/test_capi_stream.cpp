@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "capi_test_support.h"
 #include "lacuna/generator.h"
 #include "lacuna/lacuna.h"
 #include "lacuna/model.h"
-#include "test_models.h"
 
 namespace {
 
@@ -31,33 +31,12 @@ struct Output {
   size_t steps = 0;
 };
 
-class CapiStreamTest : public ::testing::Test {
+class CapiStreamTest : public lacuna::testing::CapiModelTest {
  protected:
-  static void SetUpTestSuite() {
-    path_ = new std::string(lacuna::testing::ensure_test_model("tiny-llama3"));
-    ASSERT_EQ(lacuna_model_load(path_->c_str(), nullptr, &model_), LACUNA_OK)
-        << lacuna_last_error();
-  }
-  static void TearDownTestSuite() {
-    lacuna_model_free(model_);
-    model_ = nullptr;
-    delete path_;
-    path_ = nullptr;
-  }
   void SetUp() override { ctx_ = make_context(); }
   void TearDown() override {
     lacuna_stream_close(stream_);
     lacuna_context_free(ctx_);
-  }
-
-  static lacuna_context* make_context() {
-    lacuna_context_params cp = lacuna_context_default_params();
-    cp.n_ctx = 512;
-    cp.n_batch = 64;
-    cp.n_threads = 1;
-    lacuna_context* ctx = nullptr;
-    EXPECT_EQ(lacuna_context_create(model_, &cp, &ctx), LACUNA_OK) << lacuna_last_error();
-    return ctx;
   }
 
   static lacuna_stream_params params(int32_t max_tokens) {
@@ -125,14 +104,9 @@ class CapiStreamTest : public ::testing::Test {
     EXPECT_STRNE(lacuna_last_error(), "");
   }
 
-  static lacuna_model* model_;
-  static std::string* path_;
   lacuna_context* ctx_ = nullptr;
   lacuna_stream* stream_ = nullptr;
 };
-
-lacuna_model* CapiStreamTest::model_ = nullptr;
-std::string* CapiStreamTest::path_ = nullptr;
 
 TEST_F(CapiStreamTest, GreedyOutputEqualsGenerator) {
   open(params(24));

@@ -8,34 +8,15 @@
 #include <thread>
 #include <vector>
 
+#include "capi_test_support.h"
 #include "lacuna/lacuna.h"
-#include "test_models.h"
 
 namespace {
 
 constexpr const char* kPrompt = "The assistant decides what to do next:";
 
-class CapiThreadsTest : public ::testing::Test {
+class CapiThreadsTest : public lacuna::testing::CapiModelTest {
  protected:
-  static void SetUpTestSuite() {
-    const std::string path = lacuna::testing::ensure_test_model("tiny-llama3");
-    ASSERT_EQ(lacuna_model_load(path.c_str(), nullptr, &model_), LACUNA_OK) << lacuna_last_error();
-  }
-  static void TearDownTestSuite() {
-    lacuna_model_free(model_);
-    model_ = nullptr;
-  }
-
-  static lacuna_context* make_context() {
-    lacuna_context_params cp = lacuna_context_default_params();
-    cp.n_ctx = 512;
-    cp.n_batch = 64;
-    cp.n_threads = 1;
-    lacuna_context* ctx = nullptr;
-    EXPECT_EQ(lacuna_context_create(model_, &cp, &ctx), LACUNA_OK) << lacuna_last_error();
-    return ctx;
-  }
-
   static lacuna_stream* open(lacuna_context* ctx, int32_t max_tokens) {
     lacuna_stream_params p = lacuna_stream_default_params();
     p.max_tokens = max_tokens;
@@ -61,11 +42,7 @@ class CapiThreadsTest : public ::testing::Test {
     } while (!step.done);
     return out;
   }
-
-  static lacuna_model* model_;
 };
-
-lacuna_model* CapiThreadsTest::model_ = nullptr;
 
 TEST_F(CapiThreadsTest, CancelFromAnotherThreadStopsTheStream) {
   lacuna_context* ctx = make_context();
