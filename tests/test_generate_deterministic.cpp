@@ -299,7 +299,8 @@ TEST_F(MakeModel, SkipExistingKeepsAGoodFileAndReplacesABadOne) {
 }
 
 TEST_F(MakeModel, QuantizedTypesLoadAndGenerate) {
-  for (lacuna::WeightType type : {lacuna::WeightType::f16, lacuna::WeightType::q8_0}) {
+  for (lacuna::WeightType type :
+       {lacuna::WeightType::f16, lacuna::WeightType::q8_0, lacuna::WeightType::q4_0}) {
     const lacuna::MakeModelResult r =
         make(std::string(lacuna::weight_type_name(type)) + ".gguf", 7, type);
     const lacuna::Model model = lacuna::Model::load(r.path);
@@ -323,8 +324,10 @@ TEST_F(MakeModel, BadOptionsAreErrors) {
   opt.vocab_dir = (dir_ / "no-vocab-here").string();
   EXPECT_THROW(lacuna::make_model(opt), std::invalid_argument);
   EXPECT_FALSE(fs::exists(opt.out_path));
-  EXPECT_THROW(lacuna::parse_weight_type("q4_0"), std::invalid_argument);
+  EXPECT_THROW(lacuna::parse_weight_type("q4_k"), std::invalid_argument);
+  EXPECT_THROW(lacuna::parse_weight_type(""), std::invalid_argument);
   EXPECT_EQ(lacuna::parse_weight_type("q8_0"), lacuna::WeightType::q8_0);
+  EXPECT_EQ(lacuna::parse_weight_type("q4_0"), lacuna::WeightType::q4_0);
 }
 
 }  // namespace

@@ -14,11 +14,12 @@
 
 namespace lacuna {
 
-// Storage type of the 2-D weight matrices (1-D tensors are always f32).
-enum class WeightType { f32, f16, q8_0 };
+// Storage type of the 2-D weight matrices (1-D tensors are always f32). The quantized types
+// (q8_0, q4_0: blocks of 32 values) need every matrix row to be a multiple of 32.
+enum class WeightType { f32, f16, q8_0, q4_0 };
 
 const char* weight_type_name(WeightType type);
-// Parses "f32", "f16", "q8_0". Throws std::invalid_argument otherwise.
+// Parses "f32", "f16", "q8_0", "q4_0". Throws std::invalid_argument otherwise.
 WeightType parse_weight_type(const std::string& text);
 
 struct ModelPreset {

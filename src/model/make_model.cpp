@@ -132,6 +132,8 @@ ggml_type to_ggml(WeightType w) {
       return GGML_TYPE_F16;
     case WeightType::q8_0:
       return GGML_TYPE_Q8_0;
+    case WeightType::q4_0:
+      return GGML_TYPE_Q4_0;
   }
   return GGML_TYPE_F32;
 }
@@ -144,6 +146,8 @@ uint32_t file_type(WeightType w) {
       return LLAMA_FTYPE_MOSTLY_F16;
     case WeightType::q8_0:
       return LLAMA_FTYPE_MOSTLY_Q8_0;
+    case WeightType::q4_0:
+      return LLAMA_FTYPE_MOSTLY_Q4_0;
   }
   return LLAMA_FTYPE_ALL_F32;
 }
@@ -325,8 +329,7 @@ MakeModelResult make_model(const MakeModelOptions& opt) {
   const int64_t tokens_id = gguf_find_key(vocab.get(), "tokenizer.ggml.tokens");
   if (tokens_id < 0 || gguf_get_kv_type(vocab.get(), tokens_id) != GGUF_TYPE_ARRAY ||
       gguf_get_arr_type(vocab.get(), tokens_id) != GGUF_TYPE_STRING) {
-    throw std::runtime_error("'" + vocab_path +
-                             "' has no tokenizer.ggml.tokens string array");
+    throw std::runtime_error("'" + vocab_path + "' has no tokenizer.ggml.tokens string array");
   }
   const int64_t n_vocab = static_cast<int64_t>(gguf_get_arr_n(vocab.get(), tokens_id));
   if (n_vocab <= 0) throw std::runtime_error("'" + vocab_path + "' has no tokens");
@@ -338,7 +341,7 @@ MakeModelResult make_model(const MakeModelOptions& opt) {
   gguf_set_val_str(g, "general.architecture", a.c_str());
   gguf_set_val_str(g, "general.name", model_name.c_str());
   gguf_set_val_u32(g, "general.file_type", file_type(wtype));
-  if (wtype == WeightType::q8_0)
+  if (wtype == WeightType::q8_0 || wtype == WeightType::q4_0)
     gguf_set_val_u32(g, "general.quantization_version", GGML_QNT_VERSION);
   gguf_set_val_u32(g, (a + ".vocab_size").c_str(), static_cast<uint32_t>(n_vocab));
   gguf_set_val_u32(g, (a + ".context_length").c_str(), preset.n_ctx_train);
@@ -368,9 +371,8 @@ MakeModelResult make_model(const MakeModelOptions& opt) {
   for (const TensorSpec& s : specs) {
     const ggml_type type = s.matrix ? to_ggml(wtype) : GGML_TYPE_F32;
     if (s.ne0 % ggml_blck_size(type) != 0) {
-      throw std::invalid_argument("tensor '" + s.name + "' row of " +
-                                  std::to_string(s.ne0) + " does not fit type " +
-                                  ggml_type_name(type));
+      throw std::invalid_argument("tensor '" + s.name + "' row of " + std::to_string(s.ne0) +
+                                  " does not fit type " + ggml_type_name(type));
     }
     ggml_tensor* t = s.matrix ? ggml_new_tensor_2d(meta_ctx.get(), type, s.ne0, s.ne1)
                               : ggml_new_tensor_1d(meta_ctx.get(), type, s.ne0);

@@ -105,6 +105,8 @@ const char* weight_type_name(WeightType type) {
       return "f16";
     case WeightType::q8_0:
       return "q8_0";
+    case WeightType::q4_0:
+      return "q4_0";
   }
   return "unknown";
 }
@@ -113,7 +115,8 @@ WeightType parse_weight_type(const std::string& text) {
   if (text == "f32") return WeightType::f32;
   if (text == "f16") return WeightType::f16;
   if (text == "q8_0") return WeightType::q8_0;
-  throw std::invalid_argument("unknown weight type '" + text + "' (use f32, f16 or q8_0)");
+  if (text == "q4_0") return WeightType::q4_0;
+  throw std::invalid_argument("unknown weight type '" + text + "' (use f32, f16, q8_0 or q4_0)");
 }
 
 }  // namespace lacuna

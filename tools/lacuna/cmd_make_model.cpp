@@ -19,8 +19,8 @@ LACUNA_COMMAND(cmd_make_model, "make-model",
   app.add_option("--preset", opt.preset, "model shape (see --list)");
   app.add_option("--out", opt.out_path, "output .gguf path");
   app.add_option("--seed", opt.seed, "weight seed (default fixed)");
-  app.add_option("--type", type, "weight type: f32, f16 or q8_0 (default: the preset's)")
-      ->check(CLI::IsMember({"f32", "f16", "q8_0"}));
+  app.add_option("--type", type, "weight type: f32, f16, q8_0 or q4_0 (default: the preset's)")
+      ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0"}));
   app.add_option(
       "--vocab-dir", opt.vocab_dir,
       "directory holding ggml-vocab-*.gguf (default: " + lacuna::default_vocab_dir() + ")");
