@@ -266,8 +266,21 @@ class Generator {
 struct ReferenceResult {
   std::vector<Token> tokens;
   GenerationStats stats;
+  size_t grammar_resamples = 0;  // reference_generate_rejection: tokens the grammar rejected
 };
 ReferenceResult reference_generate(llama_context* ctx, llama_sampler* chain,
                                    std::span<const Token> prompt, size_t max_tokens);
+
+// The same loop sampling the way llama.cpp's common_sampler_sample does by default
+// (grammar_first = false, "grammar-based rejection sampling"): `chain` (which holds no
+// grammar) picks a token from the full logits; the token alone is checked with `grammar`
+// (a one-entry candidate array); only when the grammar rejects it are the logits taken
+// again, `grammar` applied over the whole vocabulary and `chain` run once more. Both
+// samplers then accept the token. Greedy, it emits the same tokens as `reference_generate`
+// with grammar + greedy in one chain, at the cost of a full-vocabulary grammar pass only
+// where the model's own choice breaks the grammar.
+ReferenceResult reference_generate_rejection(llama_context* ctx, llama_sampler* grammar,
+                                             llama_sampler* chain, std::span<const Token> prompt,
+                                             size_t max_tokens);
 
 }  // namespace lacuna

@@ -1,6 +1,7 @@
 // cmd_bench_decode.cpp — `lacuna bench decode`: constrained decoding modes side by side in one
-// process (llama.cpp's grammar sampler, lacuna without and with skipping, tier-2 jump-forward,
-// free generation), interleaved run by run: tokens, passes, drafts, medians, speed ratios.
+// process (llama.cpp's grammar sampler, grammar-first and as common_sampler uses it, lacuna
+// without and with skipping, tier-2 jump-forward, free generation), interleaved run by run: tokens,
+// passes, drafts, medians, speed ratios.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -28,7 +29,12 @@ namespace {
 using lacuna::Token;
 using nlohmann::json;
 
-const char* kModes[] = {"llama-grammar", "lacuna", "lacuna-skip", "lacuna-jump", "free"};
+// llama-grammar: llama.cpp's grammar sampler then greedy in one chain (grammar first, over the
+// whole vocabulary at every token); llama-common: the way common_sampler_sample samples by
+// default (greedy first, the grammar checks that one token, full-vocabulary grammar pass only
+// when it is rejected).
+const char* kModes[] = {"llama-grammar", "llama-common", "lacuna",
+                        "lacuna-skip",   "lacuna-jump",  "free"};
 // Modes run only when --modes names them.
 const char* kExtraModes[] = {"lacuna-skip-always"};  // lacuna-skip drafting at every string
 
@@ -36,7 +42,8 @@ const char* kExtraModes[] = {"lacuna-skip-always"};  // lacuna-skip drafting at 
 struct RunResult {
   std::vector<Token> tokens;
   lacuna::GenerationStats stats;
-  double ms = 0;  // wall time after the prompt: passes, masks, sampling
+  double ms = 0;         // wall time after the prompt: passes, masks, sampling
+  size_t resamples = 0;  // llama-common: tokens the grammar rejected (full-vocabulary pass)
 };
 
 // Sums over the pairs of one repetition of one mode.
@@ -56,6 +63,7 @@ struct ModeCounts {
   size_t draft_accepted = 0;
   size_t draft_declined = 0;
   size_t jump_tokens = 0;
+  size_t grammar_resamples = 0;
   size_t completed = 0;  // runs that ended because the output was complete
   double mask_ms = 0;
   double sample_ms = 0;
@@ -120,6 +128,7 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
   std::string draft_policy = "adaptive";
   std::string whitespace = "compact";
   bool json_out = false;
+  bool cost_only = false;
   std::vector<std::string> modes(std::begin(kModes), std::end(kModes));
   CLI::App app{
       "Runs each mode on every (schema, prompt) pair with greedy decoding, the modes "
@@ -160,6 +169,8 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
                  "usually written; default) or flexible")
       ->check(CLI::IsMember({"compact", "flexible"}));
   app.add_flag("--json", json_out, "print only the JSON report");
+  app.add_flag("--cost-only", cost_only,
+               "measure and print the cost model (llama_decode by batch size) only");
   if (const int rc = lacuna::cli::parse_args(app, argc, argv); rc >= 0) return rc;
   for (const auto& m : modes) {
     if (std::find(std::begin(kModes), std::end(kModes), m) == std::end(kModes) &&
@@ -259,6 +270,25 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
   lacuna::measure_decode_cost(ctx.get(), 0, cost_sizes, cost_reps, &fill_ms, false);
   const lacuna::DecodeCost measured = lacuna::DecodeCost::from_ms(cost_sizes, cost_ms, fill_ms);
   ctx.clear_memory();
+  auto cost_json = [&] {
+    json jc;
+    jc["sizes"] = cost_sizes;
+    jc["ms"] = cost_ms;
+    std::vector<double> rel;
+    for (double v : cost_ms) rel.push_back(v / cost_ms[0]);
+    jc["relative"] = rel;
+    jc["ms_last_logits_only"] = fill_ms;
+    jc["used"] = cost_source;
+    return jc;
+  };
+  if (cost_only) {
+    json report;
+    report["model"] = model_path;
+    report["threads"] = threads;
+    report["decode_cost"] = cost_json();
+    std::cout << report.dump(2) << std::endl;
+    return 0;
+  }
   const lacuna::DecodeCost cost =
       cost_source == "measured" ? measured : lacuna::DecodeCost::cpu_default();
 
@@ -273,6 +303,16 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
       auto ref = lacuna::reference_generate(ctx.get(), chain.get(), pair.prompt, n_predict);
       r.tokens = std::move(ref.tokens);
       r.stats = ref.stats;
+    } else if (mode == "llama-common") {
+      lacuna::SamplerPtr grammar(
+          llama_sampler_init_grammar(vocab, gbnfs[pair.schema].c_str(), "root"));
+      lacuna::SamplerPtr chain(llama_sampler_chain_init(llama_sampler_chain_default_params()));
+      llama_sampler_chain_add(chain.get(), llama_sampler_init_greedy());
+      auto ref = lacuna::reference_generate_rejection(ctx.get(), grammar.get(), chain.get(),
+                                                      pair.prompt, n_predict);
+      r.tokens = std::move(ref.tokens);
+      r.stats = ref.stats;
+      r.resamples = ref.grammar_resamples;
     } else {
       lacuna::GeneratorConfig cfg;
       cfg.max_tokens = n_predict;
@@ -347,6 +387,7 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
       c.draft_accepted += st.draft_accepted;
       c.draft_declined += st.draft_declined;
       c.jump_tokens += st.jump_tokens;
+      c.grammar_resamples += r.resamples;
       c.completed += st.stop != lacuna::StopReason::max_tokens ? 1 : 0;
       c.mask_ms += st.mask_ms;
       c.sample_ms += st.sample_ms;
@@ -384,17 +425,7 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
   report["draft_policy"] = draft_policy;
   report["whitespace"] = whitespace;
   report["compile_ms"] = compile_ms;
-  {
-    json jc;
-    jc["sizes"] = cost_sizes;
-    jc["ms"] = cost_ms;
-    std::vector<double> rel;
-    for (double v : cost_ms) rel.push_back(v / cost_ms[0]);
-    jc["relative"] = rel;
-    jc["ms_last_logits_only"] = fill_ms;
-    jc["used"] = cost_source;
-    report["decode_cost"] = jc;
-  }
+  report["decode_cost"] = cost_json();
   json jm = json::object();
   for (size_t m = 0; m < n_modes; ++m) {
     const ModeCounts& t = counts[m];
@@ -413,6 +444,7 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
         {"draft_accepted", t.draft_accepted},
         {"draft_declined", t.draft_declined},
         {"jump_tokens", t.jump_tokens},
+        {"grammar_resamples", t.grammar_resamples},
         {"ms_per_token_median", med},
         {"ms_per_token_min", *std::min_element(ms_tok[m].begin(), ms_tok[m].end())},
         {"ms_per_token_max", *std::max_element(ms_tok[m].begin(), ms_tok[m].end())},
@@ -451,6 +483,7 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
   // Speed-ups: ms per token of the slower mode over lacuna-skip's (targets >= 1.3, >= 2.5).
   ratio("lacuna_skip_speedup_vs_lacuna", "lacuna", "lacuna-skip");
   ratio("lacuna_skip_speedup_vs_llama_grammar", "llama-grammar", "lacuna-skip");
+  ratio("lacuna_skip_speedup_vs_llama_common", "llama-common", "lacuna-skip");
   ratio("lacuna_speedup_vs_llama_grammar", "llama-grammar", "lacuna");
   ratio("lacuna_skip_over_free", "lacuna-skip", "free");
   ratio("lacuna_skip_always_speedup_vs_lacuna", "lacuna", "lacuna-skip-always");
