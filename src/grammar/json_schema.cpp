@@ -249,7 +249,8 @@ class Converter {
     return out;
   }
 
-  // How well an object instance fits a flattened alternative (higher is better).
+  // How well an object instance fits a flattened alternative (higher is better): required
+  // keys present, property values plausible for their schemas.
   long fit_score(const json& inst, const json& alt) {
     if (!alt.is_object()) return 0;
     long score = 0;
@@ -264,42 +265,92 @@ class Converter {
     for (auto it = inst.begin(); it != inst.end(); ++it) {
       auto p = props->find(it.key());
       if (p == props->end()) continue;
-      score += 1;
-      const json* ps = &*p;
-      for (int hop = 0; hop < 8 && ps->is_object() && ps->contains("$ref"); ++hop) {
+      score += plausible(it.value(), *p, 0) ? 1 : -50;
+    }
+    return score;
+  }
+
+  // Whether a value may satisfy a schema, from the keywords that are cheap to check (type,
+  // const, enum, pattern, bounds, required, properties, items, combinators, `not` of
+  // type/const/enum). Errs towards true; only used to order an instance's keys.
+  bool plausible(const json& v, const json& s, int depth) {
+    if (s.is_boolean()) return s.get<bool>();
+    if (!s.is_object() || depth > 12) return true;
+    auto has = [&](const char* k) { return s.contains(k); };
+    if (has("$ref") && s["$ref"].is_string()) {
+      try {
+        if (!plausible(v, *resolve(s["$ref"].get<std::string>(), "").first, depth + 1))
+          return false;
+      } catch (const std::exception&) {
+      }
+    }
+    if (has("type")) {
+      std::set<std::string> types;
+      for (const std::string& t : type_list(s["type"])) types.insert(t);
+      if (has("nullable") && s["nullable"] == true) types.insert("null");
+      if (!types.empty() && !type_matches(v, types)) return false;
+    }
+    if (has("const") && s["const"] != v) return false;
+    if (has("enum") && s["enum"].is_array()) {
+      const json& e = s["enum"];
+      if (std::find(e.begin(), e.end(), v) == e.end()) return false;
+    }
+    if (has("not")) {
+      // Exact only for a `not` made of type/const/enum (plausible() is exact on those).
+      const json& n = s["not"];
+      bool simple = n.is_object() && !n.empty();
+      if (simple) {
+        for (auto k = n.begin(); k != n.end(); ++k)
+          simple &= !is_validation_keyword(k.key()) || k.key() == "type" || k.key() == "const" ||
+                    k.key() == "enum";
+      }
+      if (simple && plausible(v, n, depth + 1)) return false;
+    }
+    if (v.is_string() && has("pattern") && s["pattern"].is_string()) {
+      const std::string& pat = s["pattern"].get_ref<const std::string&>();
+      const std::string& str = v.get_ref<const std::string&>();
+      if (pat.size() <= 200 && str.size() <= 1000) {
         try {
-          const json& r = (*ps)["$ref"];
-          if (!r.is_string()) break;
-          ps = resolve(r.get<std::string>(), "").first;
+          if (!std::regex_search(str, std::regex(pat, std::regex::ECMAScript))) return false;
         } catch (const std::exception&) {
-          break;
-        }
-      }
-      if (!ps->is_object()) continue;
-      const json& v = it.value();
-      if (ps->contains("const") && (*ps)["const"] != v) score -= 50;
-      if (ps->contains("enum") && (*ps)["enum"].is_array()) {
-        const json& e = (*ps)["enum"];
-        if (std::find(e.begin(), e.end(), v) == e.end()) score -= 50;
-      }
-      if (ps->contains("type")) {
-        std::set<std::string> types;
-        for (const std::string& t : type_list((*ps)["type"])) types.insert(t);
-        if (types.count("number")) types.insert("integer");
-        if (!types.empty() && !type_matches(v, types)) score -= 50;
-      }
-      if (ps->contains("pattern") && (*ps)["pattern"].is_string() && v.is_string()) {
-        const std::string& pat = (*ps)["pattern"].get_ref<const std::string&>();
-        const std::string& str = v.get_ref<const std::string&>();
-        if (pat.size() <= 200 && str.size() <= 1000) {
-          try {
-            if (!std::regex_search(str, std::regex(pat, std::regex::ECMAScript))) score -= 50;
-          } catch (const std::exception&) {
-          }
         }
       }
     }
-    return score;
+    if (v.is_number()) {
+      double d = v.get<double>();
+      if (has("minimum") && s["minimum"].is_number() && d < s["minimum"].get<double>())
+        return false;
+      if (has("maximum") && s["maximum"].is_number() && d > s["maximum"].get<double>())
+        return false;
+    }
+    if (v.is_object()) {
+      if (has("required") && s["required"].is_array()) {
+        for (const json& k : s["required"])
+          if (k.is_string() && !v.contains(k.get<std::string>())) return false;
+      }
+      if (has("properties") && s["properties"].is_object()) {
+        const json& ps = s["properties"];
+        for (auto it = v.begin(); it != v.end(); ++it) {
+          auto p = ps.find(it.key());
+          if (p != ps.end() && !plausible(it.value(), *p, depth + 1)) return false;
+        }
+      }
+    }
+    if (v.is_array() && has("items") && s["items"].is_object()) {
+      for (const json& x : v)
+        if (!plausible(x, s["items"], depth + 1)) return false;
+    }
+    if (has("allOf") && s["allOf"].is_array()) {
+      for (const json& x : s["allOf"])
+        if (!plausible(v, x, depth + 1)) return false;
+    }
+    for (const char* k : {"anyOf", "oneOf"}) {
+      if (!has(k) || !s[k].is_array() || s[k].empty()) continue;
+      bool any = false;
+      for (const json& x : s[k]) any = any || plausible(v, x, depth + 1);
+      if (!any) return false;
+    }
+    return true;
   }
 
   std::string run() {
@@ -1787,11 +1838,13 @@ class Converter {
     };
     std::vector<Prop> props;
     std::set<std::string> required;
+    std::vector<std::string> required_order;  // as listed (the grammar's order for them)
     if (s.contains("required")) {
       const json& r = s["required"];
       if (r.is_array()) {
         for (const json& x : r) {
-          if (x.is_string()) required.insert(x.get<std::string>());
+          if (x.is_string() && required.insert(x.get<std::string>()).second)
+            required_order.push_back(x.get<std::string>());
         }
       }
     }
@@ -1875,8 +1928,9 @@ class Converter {
         props.push_back(std::move(pr));
       }
     }
-    // Required keys without a property schema: any value the other keywords allow.
-    for (const std::string& r : required) {
+    // Required keys without a property schema (in the order listed): any value the other
+    // keywords allow.
+    for (const std::string& r : required_order) {
       if (named.count(r)) continue;
       std::string v = add_expr;
       if (classes) {
