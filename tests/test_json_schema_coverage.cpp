@@ -56,3 +56,73 @@ TEST(JsonSchemaKeyOrder, InstanceOrderFollowsTheIfThenBranchItTakes) {
 }
 
 }  // namespace
+
+namespace {
+
+// ---- $ref siblings -----------------------------------------------------------------------
+
+TEST(JsonSchemaRefSiblings, IgnoredUpToDraft7AppliedAfter) {
+  const std::string body =
+      R"("definitions":{"w":{"type":"object","properties":{"id":{"type":"string"}}}},
+    "type":"object","properties":{"w":{"type":"object","required":["config"],
+                                      "$ref":"#/definitions/w"}}})";
+  // Draft 7: `required` beside the $ref is ignored.
+  Lang d7(R"({"$schema":"http://json-schema.org/draft-07/schema#",)" + body);
+  expect_language(d7, {R"({"w":{"id":"a"}})", R"({"w":{"id":"a","config":1}})"},
+                  {R"({"w":{"id":1}})", R"({"w":[]})"});
+  // Draft 2020-12 (or no $schema): it applies.
+  Lang d2020(R"({"$schema":"https://json-schema.org/draft/2020-12/schema",)" + body);
+  expect_language(d2020, {R"({"w":{"id":"a","config":1}})"}, {R"({"w":{"id":"a"}})"});
+  // A draft-4 {"type":"string","$ref":...} is the referenced object schema.
+  Lang d4(R"({"$schema":"http://json-schema.org/draft-04/schema#","type":"object",
+              "properties":{"s":{"type":"string","$ref":"#/d"}},
+              "d":{"type":"object","properties":{"x":{"type":"integer"}}}})");
+  expect_language(d4, {R"({"s":{"x":1}})"}, {R"({"s":"text"})", R"({"s":{"x":"1"}})"});
+}
+
+// ---- numbers -----------------------------------------------------------------------------
+
+TEST(JsonSchemaEnumNumbers, EqualNumbersInOtherSpellingsMatch) {
+  Lang l(R"({"enum":[2.0, 1.5, 1e-06, -3]})");
+  expect_language(l, {"2", "2.0", "2.00", "1.5", "1.50", "0.000001", "1e-06", "-3", "-3.0"},
+                  {"2.5", "1.05", "1", "3", "-2", "20", "0.00001"});
+  Lang c(R"({"type":"object","properties":{"since":{"const":2.0}},"required":["since"]})");
+  expect_language(c, {R"({"since":2})", R"({"since":2.0})"}, {R"({"since":3})"});
+}
+
+TEST(JsonSchemaIntegerBounds, SixtyFourBitBoundsAreExact) {
+  Lang l(R"({"type":"integer","minimum":0,"maximum":9223372036854775807})");
+  expect_language(l, {"0", "9223372036854775807", "9223372036854775806"},
+                  {"9223372036854775808", "12345678901234567890", "-1"});
+  EXPECT_TRUE(l.warnings().empty());
+  // Above the 64-bit range (written by serializers as 9223372036854776000).
+  Lang big(R"({"type":"integer","minimum":0,"maximum":9223372036854776000})");
+  expect_language(big, {"9223372036854776000", "9223372036854775999", "1"},
+                  {"9223372036854776001", "10000000000000000000"});
+  Lang excl(R"({"type":"integer","exclusiveMaximum":10000000000000000000})");
+  expect_language(excl, {"9999999999999999999", "-5"}, {"10000000000000000000"});
+  // A bound the converter cannot write is reported, not silently dropped.
+  Lang huge(R"({"type":"integer","maximum":1.5e300})");
+  ASSERT_EQ(huge.warnings().size(), 1u);
+  EXPECT_EQ(huge.warnings()[0], "maximum");
+}
+
+// ---- warnings ----------------------------------------------------------------------------
+
+TEST(JsonSchemaWarnings, KeywordsInsideBranchesAreReported) {
+  // uniqueItems inside a oneOf branch (JsonSchemaStore secrethub) went unreported.
+  Lang l(R"({"type":"object","additionalProperties":{"oneOf":[
+             {"type":"array","uniqueItems":true,"items":{"type":"string"}},
+             {"type":"object"}]}})");
+  ASSERT_FALSE(l.warnings().empty());
+  EXPECT_EQ(l.warnings()[0], "uniqueItems");
+  try {
+    lacuna::json_schema_to_gbnf(
+        R"({"anyOf":[{"type":"array","uniqueItems":true},{"type":"null"}]})", compact(true));
+    FAIL() << "strict mode accepted an unenforced uniqueItems in a branch";
+  } catch (const lacuna::SchemaError& e) {
+    EXPECT_EQ(e.keyword, "uniqueItems");
+  }
+}
+
+}  // namespace

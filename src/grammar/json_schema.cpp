@@ -7,7 +7,9 @@
 #include "lacuna/json_schema.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <deque>
 #include <limits>
 #include <map>
@@ -136,6 +138,9 @@ class Converter {
         const std::string& d = ds->get_ref<const std::string&>();
         for (const char* old : {"draft-03", "draft-04", "draft-06"})
           if (d.find(old) != std::string::npos) if_keyword_ = false;
+        // Up to draft 7, keywords beside a $ref are ignored.
+        for (const char* old : {"draft-03", "draft-04", "draft-06", "draft-07"})
+          if (d.find(old) != std::string::npos) ref_alone_ = true;
       }
     }
   }
@@ -283,6 +288,7 @@ class Converter {
           return false;
       } catch (const std::exception&) {
       }
+      if (ref_alone_) return true;
     }
     if (has("type")) {
       std::set<std::string> types;
@@ -508,6 +514,12 @@ class Converter {
     }
     if (!s->is_object()) return {s};
     bool has_ref = s->contains("$ref");
+    if (has_ref && ref_alone_) {
+      const json& ref = (*s)["$ref"];
+      if (!ref.is_string()) fail("$ref", ptr, "$ref must be a string");
+      auto target = resolve(ref.get<std::string>(), ptr);
+      return alternatives(target.first, target.second, depth + 1);
+    }
     bool has_all = s->contains("allOf");
     bool has_any = s->contains("anyOf");
     bool has_one = s->contains("oneOf");
@@ -637,8 +649,9 @@ class Converter {
 
   // Follows pure $refs (a few hops) to the schema they name.
   const json* deref(const json* b) {
-    for (int hop = 0;
-         hop < 8 && b->is_object() && b->contains("$ref") && !has_validation(*b, "$ref"); ++hop) {
+    for (int hop = 0; hop < 8 && b->is_object() && b->contains("$ref") &&
+                      (ref_alone_ || !has_validation(*b, "$ref"));
+         ++hop) {
       const json& r = (*b)["$ref"];
       if (!r.is_string()) break;
       try {
@@ -1116,9 +1129,9 @@ class Converter {
     }
     if (s.is_boolean()) return s.get<bool>() ? any_value() : "";
     if (!s.is_object()) fail("", ptr, "schema must be an object or a boolean");
-    check_keywords(s, ptr);
-    // A pure $ref becomes a rule reference (shared, and recursion-safe).
-    if (s.contains("$ref") && !has_validation(s, "$ref")) {
+    // A pure $ref becomes a rule reference (shared, and recursion-safe); so does any $ref up
+    // to draft 7, where its siblings are ignored.
+    if (s.contains("$ref") && (ref_alone_ || !has_validation(s, "$ref"))) {
       const json& ref = s["$ref"];
       if (!ref.is_string()) fail("$ref", ptr, "$ref must be a string");
       auto target = resolve(ref.get<std::string>(), ptr);
@@ -1193,6 +1206,8 @@ class Converter {
   std::string visit_simple(const json& s, const std::string& ptr, int depth) {
     if (s.is_boolean()) return s.get<bool>() ? any_value() : "";
     if (!s.is_object()) fail("", ptr, "schema must be an object or a boolean");
+    // Here, not in visit(): keywords inside anyOf/oneOf/allOf branches arrive merged.
+    check_keywords(s, ptr);
     // Types allowed.
     std::set<std::string> types;
     bool typed = false;
@@ -1358,7 +1373,44 @@ class Converter {
       }
       return out + (ws_.empty() ? "" : ws_ + " ") + "\"]\"";
     }
+    if (v.is_number()) return number_literal(v);
     return gbnf::literal(v.dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+
+  // A number of an enum/const in every decimal spelling without exponent: JSON Schema
+  // compares numbers by value, so `2.0` also matches 2 and 2.00, and `1.5` matches 1.50.
+  static std::string number_literal(const json& v) {
+    std::string text = v.dump();
+    bool neg = !text.empty() && text[0] == '-';
+    std::string body = neg ? text.substr(1) : text;
+    size_t e = body.find_first_of("eE");
+    long exp = 0;
+    if (e != std::string::npos) {
+      exp = std::strtol(body.c_str() + e + 1, nullptr, 10);
+      body.resize(e);
+    }
+    if (exp > 40 || exp < -40) return gbnf::literal(text);
+    size_t dot = body.find('.');
+    std::string ip = dot == std::string::npos ? body : body.substr(0, dot);
+    std::string fp = dot == std::string::npos ? "" : body.substr(dot + 1);
+    // Shift the decimal point by the exponent.
+    for (; exp > 0; --exp) {
+      ip.push_back(fp.empty() ? '0' : fp[0]);
+      if (!fp.empty()) fp.erase(0, 1);
+    }
+    for (; exp < 0; ++exp) {
+      fp.insert(fp.begin(), ip.empty() ? '0' : ip.back());
+      if (!ip.empty()) ip.pop_back();
+    }
+    ip.erase(0, std::min(ip.find_first_not_of('0'), ip.size()));
+    if (ip.empty()) ip = "0";
+    while (!fp.empty() && fp.back() == '0') fp.pop_back();
+    bool zero = ip == "0" && fp.empty();
+    std::string out = (neg && !zero ? "\"-" : "\"") + ip;
+    out += fp.empty() ? "\" (\".\" \"0\"+)?" : "." + fp + "\" \"0\"*";
+    // The shortest spelling with exponent too, as serializers write it (1e-06).
+    if (e != std::string::npos) out += " | " + gbnf::literal(text);
+    return "(" + out + ")";
   }
 
   std::string enum_values(const json& s, const std::set<std::string>& types, const std::string& ptr,
@@ -1597,15 +1649,55 @@ class Converter {
     if (integer) {
       std::optional<int64_t> a, b;
       const double lim = 9.2e18;
+      // A bound written as an integer that fits in 64 bits is taken exactly (doubles lose
+      // the last digits of bounds like 9223372036854775807).
+      auto exact = [](const Bound& x, int step) -> std::optional<int64_t> {
+        const std::string& t = x.text;
+        if (t.empty() || t.find_first_not_of("-0123456789") != std::string::npos)
+          return std::nullopt;
+        errno = 0;
+        char* end = nullptr;
+        long long v = std::strtoll(t.c_str(), &end, 10);
+        if (errno == ERANGE || *end != '\0') return std::nullopt;
+        if (!x.exclusive) return static_cast<int64_t>(v);
+        if ((step > 0 && v == std::numeric_limits<long long>::max()) ||
+            (step < 0 && v == std::numeric_limits<long long>::min()))
+          return std::nullopt;
+        return static_cast<int64_t>(v + step);
+      };
       if (lo) {
         double v = lo->exclusive ? std::floor(lo->value) + 1 : std::ceil(lo->value);
-        if (v > lim) return "";
-        if (v > -lim) a = static_cast<int64_t>(v);
+        if (auto e = exact(*lo, 1)) {
+          a = e;
+        } else if (v > lim) {
+          return "";
+        } else if (v > -lim) {
+          a = static_cast<int64_t>(v);
+        } else {
+          warn("minimum", ptr, "a minimum below -9.2e18 is not enforced");
+        }
       }
+      std::string hi_big;  // a maximum above the 64-bit range, as decimal digits
       if (hi) {
         double v = hi->exclusive ? std::ceil(hi->value) - 1 : std::floor(hi->value);
-        if (v < -lim) return "";
-        if (v < lim) b = static_cast<int64_t>(v);
+        const std::string& t = hi->text;
+        if (auto e = exact(*hi, -1)) {
+          b = e;
+        } else if (v < -lim) {
+          return "";
+        } else if (v < lim) {
+          b = static_cast<int64_t>(v);
+        } else if (!t.empty() && t.size() <= 40 && t[0] != '0' &&
+                   t.find_first_not_of("0123456789") == std::string::npos) {
+          hi_big = t;
+          if (hi->exclusive) {  // decimal decrement (t > INT64_MAX, so no borrow past the top)
+            size_t i = hi_big.size();
+            while (i > 0 && hi_big[i - 1] == '0') hi_big[--i] = '9';
+            --hi_big[i - 1];
+          }
+        } else {
+          warn("maximum", ptr, "a maximum above 9.2e18 is not enforced");
+        }
       }
       if (mult && *mult != 1.0 && std::floor(*mult) != *mult) {
         // A fractional multipleOf on integers: every integer that is a multiple; only
@@ -1617,7 +1709,7 @@ class Converter {
         if (!a && !b && *mult <= 100) return multiple_of(static_cast<int64_t>(*mult));
         warn("multipleOf", ptr, "multipleOf is only enforced on integers without bounds");
       }
-      return schema_detail::integer_range(a, b, rules_);
+      return schema_detail::integer_range(a, b, rules_, hi_big);
     }
     bool widened = false;
     std::string e = schema_detail::number_range(lo, hi, rules_, widened);
@@ -2065,6 +2157,7 @@ class Converter {
   std::string any_;
   std::string base_id_;
   bool if_keyword_ = true;   // false for draft 3, 4 and 6 schemas
+  bool ref_alone_ = false;   // draft 3 to 7: a $ref's sibling keywords are ignored
   size_t length_pairs_ = 0;  // rules written for patterns with length bounds
   std::deque<json> arena_;
   std::multimap<std::string, std::pair<const json*, std::string>> anchors_;

@@ -72,17 +72,16 @@ std::string fixed_range(const std::string& lo, const std::string& hi) {
   return prefix;
 }
 
-// Non-negative integers in [a, b] (b < 0: unbounded).
-std::string nonneg_range(uint64_t a, int64_t b_signed) {
-  bool unbounded = b_signed < 0;
-  uint64_t b = unbounded ? 0 : static_cast<uint64_t>(b_signed);
-  if (!unbounded && a > b) return "";
-  std::string as = std::to_string(a);
+// Non-negative integers in [a, b], both decimal digit strings without leading zeros (b empty:
+// unbounded).
+std::string nonneg_range_text(const std::string& as, const std::string& bs) {
+  bool unbounded = bs.empty();
+  if (!unbounded && (as.size() > bs.size() || (as.size() == bs.size() && as > bs))) return "";
   std::vector<std::string> alts;
-  size_t max_len = unbounded ? as.size() : std::to_string(b).size();
+  size_t max_len = unbounded ? as.size() : bs.size();
   for (size_t len = as.size(); len <= max_len; ++len) {
     std::string lo = len == as.size() ? as : "1" + std::string(len - 1, '0');
-    std::string hi = (!unbounded && len == max_len) ? std::to_string(b) : std::string(len, '9');
+    std::string hi = (!unbounded && len == max_len) ? bs : std::string(len, '9');
     if (len == 1 && lo == "0" && hi == "9") {
       alts.push_back("[0-9]");
       continue;
@@ -95,11 +94,30 @@ std::string nonneg_range(uint64_t a, int64_t b_signed) {
   return alts.size() > 1 ? "(" + body + ")" : body;
 }
 
+// Non-negative integers in [a, b] (b < 0: unbounded).
+std::string nonneg_range(uint64_t a, int64_t b) {
+  return nonneg_range_text(std::to_string(a), b < 0 ? "" : std::to_string(b));
+}
+
 }  // namespace
 
 std::string integer_range(std::optional<int64_t> lo, std::optional<int64_t> hi,
-                          gbnf::RuleSet& rules) {
+                          gbnf::RuleSet& rules, const std::string& hi_big) {
   if (lo && hi && *lo > *hi) return "";
+  if (!hi && !hi_big.empty()) {
+    // An upper bound above the 64-bit range, as decimal digits.
+    std::vector<std::string> alts;
+    if (!lo || *lo < 0) {
+      int64_t m_hi = !lo ? -1 : (*lo == INT64_MIN ? INT64_MAX : -*lo);
+      std::string r = nonneg_range(1, m_hi);
+      if (!r.empty()) alts.push_back("\"-\" " + r);
+    }
+    std::string r = nonneg_range_text(std::to_string(lo && *lo > 0 ? *lo : 0), hi_big);
+    if (!r.empty()) alts.push_back(r);
+    std::string body;
+    for (size_t i = 0; i < alts.size(); ++i) body += (i ? " | " : "") + alts[i];
+    return body.empty() ? "" : rules.add("integer-range", body);
+  }
   if (!lo && !hi) return rules.add("integer", "\"-\"? (\"0\" | [1-9] [0-9]*)");
   std::vector<std::string> alts;
   // Negative part: -m with m in [max(1, -hi), -lo].

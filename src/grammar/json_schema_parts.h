@@ -19,9 +19,10 @@ struct Bound {
 };
 
 // GBNF expression for the decimal integers n with lo <= n <= hi (either side optional).
+// `hi_big`, when not empty and hi is absent: an upper bound above INT64_MAX as decimal digits.
 // Returns "" when no integer fits.
 std::string integer_range(std::optional<int64_t> lo, std::optional<int64_t> hi,
-                          gbnf::RuleSet& rules);
+                          gbnf::RuleSet& rules, const std::string& hi_big = "");
 
 // GBNF expression for JSON numbers within the bounds, exact for decimal bounds (bounds with
 // more than 15 integer digits are dropped; `widened` is set when that widens the language).
