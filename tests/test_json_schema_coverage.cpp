@@ -126,3 +126,50 @@ TEST(JsonSchemaWarnings, KeywordsInsideBranchesAreReported) {
 }
 
 }  // namespace
+
+namespace {
+
+// ---- propertyNames -----------------------------------------------------------------------
+
+TEST(JsonSchemaPropertyNames, PatternLimitsEveryKey) {
+  // JsonSchemaStore fabric.mod.json: icon widths as keys.
+  Lang l(R"({"type":"object","propertyNames":{"pattern":"^[1-9][0-9]*$"},
+             "additionalProperties":{"type":"string"}})");
+  expect_language(l, {"{}", R"({"16":"a.png","32":"b.png"})"},
+                  {R"({"0":"a"})", R"({"sixteen":"a"})", R"({"":"a"})", R"({"16":1})"});
+  EXPECT_TRUE(l.warnings().empty());
+  // Named properties must pass it too; a required one that cannot makes the object impossible.
+  Lang named(R"({"type":"object","properties":{"ab":{"type":"integer"},"x1":{"type":"integer"}},
+                 "propertyNames":{"pattern":"^[a-z]+$"}})");
+  expect_language(named, {R"({"ab":1})", R"({"ab":1,"cd":null})"},
+                  {R"({"x1":1})", R"({"ab":1,"C":2})"});
+  EXPECT_THROW(Lang(R"({"type":"object","required":["X"],"propertyNames":{"pattern":"^[a-z]+$"}})"),
+               lacuna::SchemaError);
+}
+
+TEST(JsonSchemaPropertyNames, WithPatternPropertiesAndLengths) {
+  Lang l(R"({"type":"object","propertyNames":{"maxLength":3},
+             "patternProperties":{"^x":{"type":"integer"}},"additionalProperties":{"type":"string"}})");
+  expect_language(l, {R"({"xa":1,"abc":"s"})", R"({"x":2})"},
+                  {R"({"xa":"s"})", R"({"abcd":"s"})", R"({"xabc":1})", R"({"ab":1})"});
+  Lang min(R"({"type":"object","propertyNames":{"minLength":2}})");
+  expect_language(min, {R"({"ab":1})", "{}"}, {R"({"a":1})", R"({"":1})"});
+}
+
+TEST(JsonSchemaPropertyNames, EnumAndFalse) {
+  Lang l(R"({"type":"object","properties":{"a":{"type":"integer"}},
+             "propertyNames":{"enum":["a","b","c"]},"additionalProperties":{"type":"boolean"}})");
+  expect_language(l, {R"({"a":1,"b":true})", R"({"c":false})", "{}"},
+                  {R"({"d":true})", R"({"b":1})", R"({"a":true})"});
+  Lang none(R"({"type":"object","propertyNames":false})");
+  expect_language(none, {"{}"}, {R"({"a":1})"});
+  // Forms a key grammar cannot express are reported (strict: an error).
+  Lang fmt(R"({"type":"object","propertyNames":{"format":"email"}})");
+  ASSERT_EQ(fmt.warnings().size(), 1u);
+  EXPECT_EQ(fmt.warnings()[0], "propertyNames");
+  EXPECT_THROW(lacuna::json_schema_to_gbnf(
+                   R"({"type":"object","propertyNames":{"format":"email"}})", compact(true)),
+               lacuna::SchemaError);
+}
+
+}  // namespace

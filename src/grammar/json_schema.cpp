@@ -1192,8 +1192,7 @@ class Converter {
       if (k == "uniqueItems") {
         if (v.is_boolean() && v.get<bool>()) warn(k, ptr, "uniqueItems is not enforced");
       } else if (k == "contains" || k == "minContains" || k == "maxContains" ||
-                 k == "propertyNames" || k == "unevaluatedItems" || k == "$dynamicRef" ||
-                 k == "$recursiveRef") {
+                 k == "unevaluatedItems" || k == "$dynamicRef" || k == "$recursiveRef") {
         if (!(v.is_boolean() && v.get<bool>())) warn(k, ptr, "'" + k + "' is not enforced");
       } else if (k == "unevaluatedProperties") {
         if (!(v.is_boolean() && v.get<bool>())) warn(k, ptr, "'" + k + "' is not enforced");
@@ -1922,6 +1921,68 @@ class Converter {
     return name;
   }
 
+  // propertyNames reduced to what a key grammar can enforce: a finite set of names, a
+  // pattern, length bounds. `active` false: no constraint (or an unsupported one, reported).
+  struct KeyNames {
+    bool active = false;
+    bool has_enum = false;
+    std::vector<std::string> values;  // has_enum: the only names allowed (before filters)
+    bool has_pattern = false;
+    std::string pattern;
+    long min = 0, max = -1;  // code points
+  };
+
+  KeyNames key_names(const json& pn0, const std::string& ptr) {
+    KeyNames k;
+    const json& pn = *deref(&pn0);
+    if (pn.is_boolean()) {
+      // false: no name is allowed (an empty enum).
+      if (!pn.get<bool>()) k.active = k.has_enum = true;
+      return k;
+    }
+    if (!pn.is_object()) fail("propertyNames", ptr, "propertyNames must be a schema");
+    for (auto it = pn.begin(); it != pn.end(); ++it) {
+      const std::string& kw = it.key();
+      const json& v = it.value();
+      if (!is_validation_keyword(kw)) continue;
+      if (kw == "type") {
+        auto types = type_list(v);
+        if (std::find(types.begin(), types.end(), "string") == types.end()) {
+          k.has_enum = true;  // keys are strings: none can match
+          k.values.clear();
+        }
+      } else if (kw == "pattern" && v.is_string()) {
+        k.has_pattern = true;
+        k.pattern = v.get<std::string>();
+      } else if (kw == "minLength" || kw == "maxLength") {
+        long n = count_keyword(pn, kw.c_str(), ptr).value_or(0);
+        (kw == "minLength" ? k.min : k.max) = n;
+      } else if (kw == "enum" || kw == "const") {
+        std::vector<std::string> vals;
+        const json list = kw == "const" ? json::array({v}) : v;
+        if (!list.is_array()) fail(kw, ptr, kw + " must be an array");
+        for (const json& x : list) {
+          if (x.is_string()) vals.push_back(x.get<std::string>());
+        }
+        if (k.has_enum) {  // both: the intersection
+          std::vector<std::string> both;
+          for (const std::string& x : vals) {
+            if (std::find(k.values.begin(), k.values.end(), x) != k.values.end()) both.push_back(x);
+          }
+          vals = std::move(both);
+        }
+        k.has_enum = true;
+        k.values = std::move(vals);
+      } else {
+        warn("propertyNames", ptr, "'propertyNames' with '" + kw + "' is not enforced");
+        return {};
+      }
+    }
+    k.active = k.has_enum || k.has_pattern || k.min > 0 || k.max >= 0;
+    if (k.active && !k.has_enum && !k.has_pattern) k.has_pattern = true;  // "" matches all
+    return k;
+  }
+
   std::string gen_object(const json& s, const std::string& ptr, int depth) {
     struct Prop {
       std::string key;
@@ -1947,6 +2008,9 @@ class Converter {
                            ? &s["patternProperties"]
                            : nullptr;
     std::string add_expr = visit(*add, ptr + "/additionalProperties", depth + 1);
+    // propertyNames: its pattern joins the key automaton as one more pattern (kn_index).
+    KeyNames kn;
+    if (s.contains("propertyNames")) kn = key_names(s["propertyNames"], ptr + "/propertyNames");
     auto member = [&](const std::string& key, const std::string& value) {
       std::string klit =
           gbnf::literal(json(key).dump(-1, ' ', false, json::error_handler_t::replace));
@@ -1957,12 +2021,19 @@ class Converter {
     std::optional<regex_detail::KeyClassifier> classes;
     std::vector<const json*> pat_schemas;
     std::vector<std::string> pat_ptrs;
-    if (pats) {
+    size_t kn_index = SIZE_MAX;
+    if (pats || (kn.active && kn.has_pattern)) {
       std::vector<std::string> pat_list, names;
-      for (auto it = pats->begin(); it != pats->end(); ++it) {
-        pat_list.push_back(it.key());
-        pat_schemas.push_back(&it.value());
-        pat_ptrs.push_back(ptr + "/patternProperties/" + escape_pointer_token(it.key()));
+      if (pats) {
+        for (auto it = pats->begin(); it != pats->end(); ++it) {
+          pat_list.push_back(it.key());
+          pat_schemas.push_back(&it.value());
+          pat_ptrs.push_back(ptr + "/patternProperties/" + escape_pointer_token(it.key()));
+        }
+      }
+      if (kn.active && kn.has_pattern) {
+        kn_index = pat_list.size();
+        pat_list.push_back(kn.pattern);
       }
       if (s.contains("properties") && s["properties"].is_object()) {
         for (auto it = s["properties"].begin(); it != s["properties"].end(); ++it)
@@ -1976,12 +2047,34 @@ class Converter {
       try {
         classes.emplace(pat_list, names, ro, kMaxKeyStates);
       } catch (const RegexError& e) {
-        warn("patternProperties", ptr,
-             std::string("keys matching several patterns, named keys or additional keys are "
-                         "not told apart: ") +
-                 e.what());
+        if (kn_index != SIZE_MAX) {
+          warn("propertyNames", ptr + "/propertyNames",
+               std::string("'propertyNames' is not enforced: ") + e.what());
+          kn = {};
+          kn_index = SIZE_MAX;
+        }
+        if (pats) {
+          warn("patternProperties", ptr,
+               std::string("keys matching several patterns, named keys or additional keys are "
+                           "not told apart: ") +
+                   e.what());
+        }
       }
     }
+    // Whether propertyNames allows a key.
+    auto key_ok = [&](const std::string& key) {
+      if (!kn.active) return true;
+      long len = 0;
+      for (unsigned char c : key) len += (c & 0xC0) != 0x80;
+      if (len < kn.min || (kn.max >= 0 && len > kn.max)) return false;
+      if (kn.has_enum && std::find(kn.values.begin(), kn.values.end(), key) == kn.values.end())
+        return false;
+      if (kn_index != SIZE_MAX) {
+        const auto& pl = classes->signatures()[classes->classify(key)].patterns;
+        if (std::find(pl.begin(), pl.end(), kn_index) == pl.end()) return false;
+      }
+      return true;
+    };
     // The value expression for a named key: its own schema (if any) and every matching
     // pattern's schema; additionalProperties when neither applies.
     auto named_value = [&](const std::string& key, const json* own, const std::string& vptr) {
@@ -1989,7 +2082,9 @@ class Converter {
       if (own) parts.push_back(own);
       if (classes) {
         const auto& sig = classes->signatures()[classes->classify(key)];
-        for (size_t p : sig.patterns) parts.push_back(pat_schemas[p]);
+        for (size_t p : sig.patterns) {
+          if (p != kn_index) parts.push_back(pat_schemas[p]);
+        }
       }
       if (parts.empty()) return add_expr;
       if (parts.size() == 1) return visit(*parts[0], vptr, depth + 1);
@@ -2014,6 +2109,7 @@ class Converter {
       for (auto it = p.begin(); it != p.end(); ++it) {
         std::string v = named_value(it.key(), &it.value(),
                                     ptr + "/properties/" + escape_pointer_token(it.key()));
+        if (!key_ok(it.key())) v.clear();
         Prop pr{it.key(), v.empty() ? "" : member(it.key(), v), required.count(it.key()) != 0};
         if (pr.kv.empty() && pr.required) return "";
         named.insert(it.key());
@@ -2024,6 +2120,7 @@ class Converter {
     // keywords allow.
     for (const std::string& r : required_order) {
       if (named.count(r)) continue;
+      if (!key_ok(r)) return "";
       std::string v = add_expr;
       if (classes) {
         v = named_value(r, nullptr, ptr + "/required");
@@ -2037,23 +2134,51 @@ class Converter {
     }
     // Extra members: pattern properties and additional properties.
     std::vector<std::string> extra_alts;
-    if (classes) {
+    if (kn.active && kn.has_enum) {
+      // Only the listed names: each one not named above is an extra member.
+      std::set<std::string> seen;
+      for (const std::string& k : kn.values) {
+        if (named.count(k) || !seen.insert(k).second || !key_ok(k)) continue;
+        std::string v = named_value(k, nullptr, ptr + "/propertyNames");
+        if (!v.empty()) extra_alts.push_back(member(k, v));
+      }
+    } else if (classes) {
       const auto& sigs = classes->signatures();
       for (size_t i = 0; i < sigs.size(); ++i) {
         if (sigs[i].name >= 0) continue;
+        std::vector<size_t> pl;
+        bool name_ok = kn_index == SIZE_MAX;
+        for (size_t p : sigs[i].patterns) {
+          if (p == kn_index) {
+            name_ok = true;
+          } else {
+            pl.push_back(p);
+          }
+        }
+        if (!name_ok) continue;
         std::string v;
-        if (sigs[i].patterns.empty()) {
+        if (pl.empty()) {
           v = add_expr;
-        } else if (sigs[i].patterns.size() == 1) {
-          size_t p = sigs[i].patterns[0];
-          v = visit(*pat_schemas[p], pat_ptrs[p], depth + 1);
+        } else if (pl.size() == 1) {
+          v = visit(*pat_schemas[pl[0]], pat_ptrs[pl[0]], depth + 1);
         } else {
           json all = json::array();
-          for (size_t p : sigs[i].patterns) all.push_back(*pat_schemas[p]);
+          for (size_t p : pl) all.push_back(*pat_schemas[p]);
           v = visit(*store(json{{"allOf", std::move(all)}}), ptr + "/patternProperties", depth + 1);
         }
         if (v.empty()) continue;
-        std::string k = classes->key_expression(i, rules_);
+        std::string k;
+        if (kn.active && (kn.min > 0 || kn.max >= 0)) {
+          try {
+            k = classes->bounded_expression(i, kn.min, kn.max, rules_, kMaxLengthPairs);
+          } catch (const RegexError& e) {
+            warn("propertyNames", ptr + "/propertyNames",
+                 std::string("length bounds on property names are not enforced: ") + e.what());
+            k = classes->key_expression(i, rules_);
+          }
+        } else {
+          k = classes->key_expression(i, rules_);
+        }
         if (k.empty()) continue;
         extra_alts.push_back(k + " " + colon() + " " + v);
       }
@@ -2075,7 +2200,7 @@ class Converter {
         }
       }
     }
-    if (!add_expr.empty() && !classes) {
+    if (!add_expr.empty() && !classes && !(kn.active && kn.has_enum)) {
       std::vector<std::string> keys(named.begin(), named.end());
       extra_alts.push_back(key_not_in(keys) + " " + colon() + " " + add_expr);
     }
