@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -161,6 +162,58 @@ TEST(MeasureDecodeCost, MeasuresAndLeavesTheCacheAsItWas) {
   EXPECT_THROW(measure_decode_cost(nullptr, 0, sizes, 1), std::invalid_argument);
 }
 
+TEST(CachedDecodeCost, MeasuresOncePerModelAndThreadsAndLeavesTheCache) {
+  clear_decode_cost_cache();
+  ModelHandle model = testing::load_model("tiny-llama3");
+  ASSERT_NE(model, nullptr);
+  ContextHandle ctx = testing::make_context(model.get(), 128, 32);
+  ASSERT_NE(ctx, nullptr);
+  auto prompt = testing::tokenize(llama_model_get_vocab(model.get()), "Hello there", true);
+  llama_batch b = llama_batch_get_one(prompt.data(), static_cast<int32_t>(prompt.size()));
+  ASSERT_EQ(llama_decode(ctx.get(), b), 0);
+  llama_memory_t mem = llama_get_memory(ctx.get());
+  const llama_pos before = llama_memory_seq_pos_max(mem, 0);
+  const DecodeCost c = cached_decode_cost(ctx.get(), 0, 2);
+  ASSERT_EQ(c.relative.size(), 8u);  // sizes up to 8
+  ASSERT_EQ(c.relative_last.size(), 8u);
+  EXPECT_DOUBLE_EQ(c.relative[0], 1.0);
+  for (size_t i = 1; i < c.relative.size(); ++i) EXPECT_GE(c.relative[i], c.relative[i - 1]);
+  for (size_t i = 0; i < c.relative.size(); ++i) EXPECT_LE(c.relative_last[i], c.relative[i]);
+  EXPECT_EQ(llama_memory_seq_pos_max(mem, 0), before);
+  // Cached: a second context of the same model and threads gets the same table, decoding
+  // nothing (its empty sequence stays empty and its size does not matter).
+  ContextHandle small = testing::make_context(model.get(), 128, 32);
+  const DecodeCost again = cached_decode_cost(small.get(), 0, 2);
+  EXPECT_EQ(again.relative, c.relative);
+  EXPECT_EQ(again.relative_last, c.relative_last);
+  EXPECT_EQ(llama_memory_seq_pos_max(llama_get_memory(small.get()), 0), -1);
+  // No room for the batches: the default, not cached.
+  clear_decode_cost_cache();
+  ContextHandle tiny = testing::make_context(model.get(), 64, 32);
+  ASSERT_NE(tiny, nullptr);
+  const size_t n_fill = llama_n_ctx(tiny.get()) - 4;
+  std::vector<Token> fill(n_fill);
+  for (size_t i = 0; i < n_fill; ++i) fill[i] = prompt[i % prompt.size()];
+  for (size_t at = 0; at < n_fill; at += 32) {
+    const size_t n = std::min<size_t>(32, n_fill - at);
+    llama_batch bf = llama_batch_get_one(fill.data() + at, static_cast<int32_t>(n));
+    ASSERT_EQ(llama_decode(tiny.get(), bf), 0);
+  }
+  EXPECT_EQ(cached_decode_cost(tiny.get(), 0, 1).relative, DecodeCost::cpu_default().relative);
+  EXPECT_THROW(cached_decode_cost(nullptr, 0, 1), std::invalid_argument);
+  EXPECT_THROW(cached_decode_cost(ctx.get(), 0, 0), std::invalid_argument);
+  clear_decode_cost_cache();
+}
+
+TEST(DecodeOptions, MeasureCostFromEnvironment) {
+  ::setenv("LACUNA_MEASURE_COST", "1", 1);
+  EXPECT_TRUE(decode_options_from_env().measure_cost);
+  ::setenv("LACUNA_MEASURE_COST", "maybe", 1);
+  EXPECT_THROW(decode_options_from_env(), std::invalid_argument);
+  ::unsetenv("LACUNA_MEASURE_COST");
+  EXPECT_FALSE(decode_options_from_env().measure_cost);
+}
+
 const char* kSchema = R"({
   "type": "object",
   "properties": {
@@ -185,6 +238,7 @@ struct Policy {
   bool verify;
   DraftPolicy policy;
   DecodeCost cost;
+  bool measure = false;
 };
 
 std::vector<Policy> policies() {
@@ -194,6 +248,8 @@ std::vector<Policy> policies() {
       {"adaptive/flat", true, DraftPolicy::adaptive, flat_cost()},
       {"adaptive/linear", true, DraftPolicy::adaptive, linear_cost()},
       {"adaptive/default", true, DraftPolicy::adaptive, DecodeCost::cpu_default()},
+      // The table measured on this context (cached_decode_cost) replaces the linear one.
+      {"adaptive/measured", true, DraftPolicy::adaptive, linear_cost(), true},
   };
 }
 
@@ -213,8 +269,14 @@ Out run(llama_context* ctx, const llama_vocab* vocab, const std::string& gbnf,
   cfg.decode.verify_strings = p.verify;
   cfg.decode.draft_policy = p.policy;
   cfg.decode.cost = p.cost;
+  cfg.decode.measure_cost = p.measure;
   Generator gen(ctx, cfg, decode::make_grammar_constraint(vocab, gbnf));
   gen.prefill(prompt);
+  if (p.measure) {
+    // The generator's table is the measured one, not the one it was given.
+    EXPECT_EQ(gen.config().decode.cost.relative, cached_decode_cost(ctx, cfg.seq).relative);
+    EXPECT_NE(gen.config().decode.cost.relative, p.cost.relative);
+  }
   gen.generate();
   return {gen.tokens(), gen.stats()};
 }

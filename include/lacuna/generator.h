@@ -62,6 +62,19 @@ DecodeCost measure_decode_cost(llama_context* ctx, llama_seq_id seq, std::span<c
                                int reps, std::vector<double>* ms_out = nullptr,
                                bool all_logits = true);
 
+// The cost model of the model behind `ctx` at the context's thread count, measured on `ctx`
+// the first time (sizes 1, 2, 3, 4, 6, 8 as far as n_batch allows, `reps` decodes of each,
+// the tables with all logits and with the last only interleaved, medians) and cached for the
+// process, keyed by the model (address, description, size, parameter count) and the thread
+// count. Decodes after what `seq` holds and removes it again; the context's logits are
+// overwritten. Returns the cached table without decoding when there is one; when the context
+// has no room for the batches, returns DecodeCost::cpu_default() without caching it.
+// Thread-safe (one measurement at a time). Throws std::invalid_argument for a null context
+// or reps < 1, std::runtime_error when decoding fails.
+DecodeCost cached_decode_cost(llama_context* ctx, llama_seq_id seq, int reps = 3);
+// Forgets every table cached_decode_cost() measured (tests).
+void clear_decode_cost_cache();
+
 // How verified forced strings pick their draft length.
 enum class DraftPolicy {
   adaptive,  // the cost model and the running acceptance rate; no draft when it would lose
@@ -79,6 +92,11 @@ struct DecodeOptions {
   size_t max_forced = 64;      // most forced tokens taken per step
   DraftPolicy draft_policy = DraftPolicy::adaptive;
   DecodeCost cost = DecodeCost::cpu_default();  // used by DraftPolicy::adaptive
+  // Adaptive drafts: replace `cost` with cached_decode_cost() of the context, measured
+  // once per process, model and thread count on the first prefill (before the prompt is
+  // decoded; LACUNA_MEASURE_COST=1). The table depends on the weight type and the machine
+  // far more than the default assumes (docs/generator.md).
+  bool measure_cost = false;
   // The acceptance rate assumed before any draft was verified in a generation, and its
   // weight in pseudo-observations (a Beta prior); the running rate replaces it as
   // observations come in.
@@ -88,7 +106,7 @@ struct DecodeOptions {
 
 // The compiled-in defaults (CMake options LACUNA_DECODE_SKIP/VERIFY/JUMP), then the
 // environment: LACUNA_SKIP, LACUNA_VERIFY, LACUNA_JUMP = 0/1, LACUNA_MAX_DRAFT = N,
-// LACUNA_DRAFT = adaptive/always.
+// LACUNA_DRAFT = adaptive/always, LACUNA_MEASURE_COST = 0/1.
 // Throws std::invalid_argument for a malformed value.
 DecodeOptions decode_options_from_env();
 DecodeOptions decode_options_from_env(DecodeOptions base);
@@ -248,6 +266,7 @@ class Generator {
   bool logits_valid_ = false;
   int32_t logits_idx_ = -1;
   bool prefilled_ = false;
+  bool cost_measured_ = false;  // DecodeOptions::measure_cost done for this generator
 
   std::vector<Token> out_tokens_;
   std::string text_;

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "lacuna/generator.h"
 
@@ -199,6 +202,71 @@ DecodeCost measure_decode_cost(llama_context* ctx, llama_seq_id seq, std::span<c
   llama_batch_free(batch);
   if (ms_out != nullptr) *ms_out = ms;
   return DecodeCost::from_ms(sizes, ms);
+}
+
+namespace {
+
+// (model address, description, size in bytes, parameters, threads). The address alone could
+// be reused by another model after a free; the rest tells such a model apart.
+using CostKey = std::tuple<const llama_model*, std::string, uint64_t, uint64_t, int32_t>;
+
+std::mutex& cost_cache_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+std::map<CostKey, DecodeCost>& cost_cache() {
+  static std::map<CostKey, DecodeCost> c;
+  return c;
+}
+
+}  // namespace
+
+DecodeCost cached_decode_cost(llama_context* ctx, llama_seq_id seq, int reps) {
+  if (ctx == nullptr) throw std::invalid_argument("cached_decode_cost: null context");
+  if (reps < 1) throw std::invalid_argument("cached_decode_cost: reps must be >= 1");
+  const llama_model* model = llama_get_model(ctx);
+  char desc[256] = {};
+  llama_model_desc(model, desc, sizeof(desc));
+  const CostKey key{model, desc, llama_model_size(model), llama_model_n_params(model),
+                    llama_n_threads(ctx)};
+  std::lock_guard<std::mutex> lock(cost_cache_mutex());
+  if (auto it = cost_cache().find(key); it != cost_cache().end()) return it->second;
+
+  const size_t n_batch = llama_n_batch(ctx);
+  std::vector<size_t> sizes;
+  for (size_t n : {1, 2, 3, 4, 6, 8}) {
+    if (n <= n_batch) sizes.push_back(n);
+  }
+  const llama_pos start = llama_memory_seq_pos_max(llama_get_memory(ctx), seq) + 1;
+  if (sizes.size() < 2 || static_cast<size_t>(start) + sizes.back() >= llama_n_ctx(ctx))
+    return DecodeCost::cpu_default();
+  // Both tables, one repetition of each in turn, so that a change of machine load falls on
+  // both alike; one uncounted decode first (the first pass of a context builds its graph).
+  std::vector<std::vector<double>> all(sizes.size()), last(sizes.size());
+  std::vector<double> one;
+  measure_decode_cost(ctx, seq, sizes, 1, &one);
+  for (int r = 0; r < reps; ++r) {
+    measure_decode_cost(ctx, seq, sizes, 1, &one);
+    for (size_t i = 0; i < sizes.size(); ++i) all[i].push_back(one[i]);
+    measure_decode_cost(ctx, seq, sizes, 1, &one, false);
+    for (size_t i = 0; i < sizes.size(); ++i) last[i].push_back(one[i]);
+  }
+  std::vector<double> ms_all, ms_last;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::sort(all[i].begin(), all[i].end());
+    std::sort(last[i].begin(), last[i].end());
+    ms_all.push_back(all[i][all[i].size() / 2]);
+    ms_last.push_back(last[i][last[i].size() / 2]);
+  }
+  const DecodeCost c = DecodeCost::from_ms(sizes, ms_all, ms_last);
+  cost_cache().emplace(key, c);
+  return c;
+}
+
+void clear_decode_cost_cache() {
+  std::lock_guard<std::mutex> lock(cost_cache_mutex());
+  cost_cache().clear();
 }
 
 }  // namespace lacuna

@@ -114,6 +114,18 @@ void Generator::prefill(std::span<const Token> prompt) {
                              " prompt tokens do not fit in the context (" +
                              std::to_string(n_past_) + " used of " + std::to_string(n_ctx_) + ")");
   }
+  const DecodeOptions& opt = config_.decode;
+  double cost_ms = 0;
+  if (opt.measure_cost && opt.verify_strings && opt.draft_policy == DraftPolicy::adaptive &&
+      !cost_measured_) {
+    // Before the prompt is decoded: the measurement overwrites the context's logits. Cached
+    // per process, model and thread count, so only the first generator pays for it (counted
+    // in its prefill_ms).
+    const auto t0 = Clock::now();
+    config_.decode.cost = cached_decode_cost(ctx_, config_.seq);
+    cost_measured_ = true;
+    cost_ms = ms_between(t0, Clock::now());
+  }
   out_tokens_.clear();
   text_.clear();
   step_tokens_.clear();
@@ -130,7 +142,7 @@ void Generator::prefill(std::span<const Token> prompt) {
   pending_.insert(pending_.end(), prompt.begin(), prompt.end());
   drafts_.clear();
   decode_pending(drafts_);
-  stats_.prefill_ms = ms_between(t_start_, Clock::now());
+  stats_.prefill_ms = ms_between(t_start_, Clock::now()) + cost_ms;
   stats_.forward_passes = 0;
   stats_.decode_ms = 0;
   stats_.tokens_batch_filled = 0;

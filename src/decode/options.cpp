@@ -68,6 +68,7 @@ DecodeOptions decode_options_from_env(DecodeOptions base) {
   read_switch("LACUNA_VERIFY", base.verify_strings);
   read_switch("LACUNA_JUMP", base.jump_forward);
   read_count("LACUNA_MAX_DRAFT", base.max_draft, 0, 4096);
+  read_switch("LACUNA_MEASURE_COST", base.measure_cost);
   if (const char* raw = std::getenv("LACUNA_DRAFT"); raw != nullptr && raw[0] != '\0') {
     const std::string v = raw;
     if (v == "adaptive") {

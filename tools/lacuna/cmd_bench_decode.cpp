@@ -265,9 +265,23 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
       b.add(prompt[i], static_cast<lacuna::Pos>(i), 0, i + 1 == prompt.size());
     ctx.decode(b);
   }
-  lacuna::measure_decode_cost(ctx.get(), 0, cost_sizes, cost_reps, &cost_ms);
   std::vector<double> fill_ms;  // the same batches with logits for the last token only
-  lacuna::measure_decode_cost(ctx.get(), 0, cost_sizes, cost_reps, &fill_ms, false);
+  {
+    // Both tables interleaved, one repetition of each in turn, so that a change of machine
+    // load falls on both alike; per size, the median over the repetitions.
+    std::vector<std::vector<double>> all(cost_sizes.size()), last(cost_sizes.size());
+    std::vector<double> one;
+    for (int r = 0; r < cost_reps; ++r) {
+      lacuna::measure_decode_cost(ctx.get(), 0, cost_sizes, 1, &one);
+      for (size_t i = 0; i < one.size(); ++i) all[i].push_back(one[i]);
+      lacuna::measure_decode_cost(ctx.get(), 0, cost_sizes, 1, &one, false);
+      for (size_t i = 0; i < one.size(); ++i) last[i].push_back(one[i]);
+    }
+    for (size_t i = 0; i < cost_sizes.size(); ++i) {
+      cost_ms.push_back(median(all[i]));
+      fill_ms.push_back(median(last[i]));
+    }
+  }
   const lacuna::DecodeCost measured = lacuna::DecodeCost::from_ms(cost_sizes, cost_ms, fill_ms);
   ctx.clear_memory();
   auto cost_json = [&] {
