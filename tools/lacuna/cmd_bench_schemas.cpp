@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -43,6 +44,7 @@ struct FileResult {
   double compile_ms = -1;
   size_t tests = 0;
   size_t tokens = 0;
+  double mask_avg_us = 0, mask_p99_us = 0, mask_max_us = 0;  // this file's masks
 };
 
 struct WorkerStats {
@@ -56,13 +58,21 @@ struct Config {
   double timeout_ms = 10000;
   double eager_ms = lacuna::CompileOptions{}.eager_ms;
   bool byte_level = false;
+  bool cpu_clock = false;  // time masks in thread CPU time (steadier on a loaded machine)
 };
+
+// Microseconds on the thread's CPU clock.
+double thread_cpu_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+}
 
 // Walks one serialized instance. Returns 1 accepted to completion, 0 refused or incomplete,
 // -1 mask/accept disagreement.
 int walk(const std::shared_ptr<const lacuna::CompiledGrammar>& compiled, const lacuna::Vocab* vocab,
          const std::string& text, std::vector<uint32_t>& words, WorkerStats& ws, size_t& tokens,
-         bool byte_level) {
+         bool byte_level, bool cpu_clock) {
   lacuna::GrammarMatcher m(compiled);
   if (byte_level || vocab == nullptr) {
     if (!m.accept_string(text)) return 0;
@@ -71,9 +81,11 @@ int walk(const std::shared_ptr<const lacuna::CompiledGrammar>& compiled, const l
   std::vector<lacuna::Token> toks = lacuna::tokenize(*vocab, text, false, false);
   for (lacuna::Token t : toks) {
     auto t0 = Clock::now();
+    double c0 = cpu_clock ? thread_cpu_us() : 0;
     m.fill_next_token_bitmask(words.data());
-    ws.mask_us.push_back(
-        static_cast<float>(std::chrono::duration<double, std::micro>(Clock::now() - t0).count()));
+    ws.mask_us.push_back(static_cast<float>(
+        cpu_clock ? thread_cpu_us() - c0
+                  : std::chrono::duration<double, std::micro>(Clock::now() - t0).count()));
     ++tokens;
     bool allowed = lacuna::bitmask_test(words.data(), t);
     bool accepted = allowed && m.accept_token(t);
@@ -83,9 +95,9 @@ int walk(const std::shared_ptr<const lacuna::CompiledGrammar>& compiled, const l
   return m.is_completed() ? 1 : 0;
 }
 
-FileResult run_file(const std::filesystem::path& path, const Config& cfg,
-                    const std::shared_ptr<const lacuna::TokenIndex>& index,
-                    const lacuna::Vocab* vocab, WorkerStats& ws) {
+FileResult run_file_walks(const std::filesystem::path& path, const Config& cfg,
+                          const std::shared_ptr<const lacuna::TokenIndex>& index,
+                          const lacuna::Vocab* vocab, WorkerStats& ws) {
   FileResult r;
   r.file = path.filename().string();
   ojson doc;
@@ -160,7 +172,7 @@ FileResult run_file(const std::filesystem::path& path, const Config& cfg,
     for (const std::string& text : texts) {
       int res;
       try {
-        res = walk(compiled, vocab, text, words, ws, r.tokens, cfg.byte_level);
+        res = walk(compiled, vocab, text, words, ws, r.tokens, cfg.byte_level, cfg.cpu_clock);
       } catch (const std::exception& e) {
         r.status = "error";
         r.message = std::string("matcher: ") + e.what();
@@ -190,6 +202,25 @@ FileResult run_file(const std::filesystem::path& path, const Config& cfg,
   if (!ok) {
     for (const std::string& k : approximated) r.keyword += (r.keyword.empty() ? "" : ",") + k;
     if (r.keyword.empty()) r.keyword = "(exact)";
+  }
+  return r;
+}
+
+// One file, with its own mask figures (for --out) from the masks it added.
+FileResult run_file(const std::filesystem::path& path, const Config& cfg,
+                    const std::shared_ptr<const lacuna::TokenIndex>& index,
+                    const lacuna::Vocab* vocab, WorkerStats& ws) {
+  const size_t first = ws.mask_us.size();
+  FileResult r = run_file_walks(path, cfg, index, vocab, ws);
+  if (ws.mask_us.size() > first) {
+    std::vector<float> v(ws.mask_us.begin() + static_cast<std::ptrdiff_t>(first), ws.mask_us.end());
+    double sum = 0;
+    for (float f : v) sum += f;
+    std::sort(v.begin(), v.end());
+    r.mask_avg_us = sum / static_cast<double>(v.size());
+    r.mask_p99_us =
+        v[std::min(v.size() - 1, static_cast<size_t>(0.99 * static_cast<double>(v.size())))];
+    r.mask_max_us = v.back();
   }
   return r;
 }
@@ -230,6 +261,9 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
   app.add_flag("--keep-order", cfg.keep_order,
                "serialize instances in the file's key order instead of the schema's");
   app.add_flag("--byte-level", cfg.byte_level, "walk bytes instead of tokens (no masks)");
+  app.add_flag("--cpu-clock", cfg.cpu_clock,
+               "time masks on the thread's CPU clock instead of the wall clock (for A/B "
+               "comparisons on a shared machine)");
   if (const int rc = lacuna::cli::parse_args(app, argc, argv); rc >= 0) return rc;
   cfg.schema.strict = strict;
   if (compact) cfg.schema.whitespace = lacuna::SchemaOptions::Whitespace::Compact;
@@ -315,6 +349,10 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
     if (out) {
       ojson line = {{"file", r.file},     {"status", r.status},         {"keyword", r.keyword},
                     {"error", r.message}, {"compile_ms", r.compile_ms}, {"tests", r.tests}};
+      if (r.tokens) {
+        line["tokens"] = r.tokens;
+        line["mask_us"] = {{"avg", r.mask_avg_us}, {"p99", r.mask_p99_us}, {"max", r.mask_max_us}};
+      }
       out << line.dump(-1, ' ', false, ojson::error_handler_t::replace) << "\n";
     }
   }
@@ -360,7 +398,8 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
         {"instance_key_order", cfg.keep_order ? "file" : "schema"},
         {"walk", cfg.byte_level ? "bytes" : "tokens"},
         {"vocab", cfg.byte_level ? "" : vocab_path},
-        {"jobs", jobs}}},
+        {"jobs", jobs},
+        {"mask_clock", cfg.cpu_clock ? "thread_cpu" : "wall"}}},
       {"wall_s", total_s}};
   if (as_json) {
     std::cout << summary.dump(2) << "\n";
@@ -370,8 +409,7 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
         "errors %zu, grammar errors %zu, timeouts %zu, crashes %zu\n",
         n_files, n_tests, passed,
         n_tests ? 100.0 * static_cast<double>(passed) / static_cast<double>(n_tests) : 0.0, failed,
-        n_unsupported, errors, grammar_errors, timeouts,
-        crashes);
+        n_unsupported, errors, grammar_errors, timeouts, crashes);
     std::printf("compile ms p50 %.3f p90 %.3f p99 %.3f max %.3f\n", pct(cms, 0.5), pct(cms, 0.9),
                 pct(cms, 0.99), cms.empty() ? 0.0 : cms.back());
     std::printf("mask us avg %.2f p50 %.2f p99 %.2f max %.2f over %zu tokens\n",
