@@ -173,3 +173,53 @@ TEST(JsonSchemaPropertyNames, EnumAndFalse) {
 }
 
 }  // namespace
+
+namespace {
+
+// ---- cheaper grammar shapes, same language ----------------------------------------------
+
+TEST(JsonSchemaShapes, IntegerRangesMatchArithmetic) {
+  // Full lengths are merged into one [1-9] [0-9]{a,b}; every integer in a window is checked.
+  struct Case {
+    long lo, hi;  // hi < lo: no maximum
+  };
+  for (Case c : {Case{0, 9}, Case{1, 0}, Case{0, -1}, Case{10, 9}, Case{5, 1234}, Case{-20, -3},
+                 Case{-1000, 999}, Case{100, 99}, Case{-7, 10000}}) {
+    std::string schema = R"({"type":"integer","minimum":)" + std::to_string(c.lo) +
+                         (c.hi >= c.lo ? R"(,"maximum":)" + std::to_string(c.hi) : "") + "}";
+    Lang l(schema);
+    for (long v = -1200; v <= 12000; v += (v > 1200 ? 97 : 1)) {
+      bool in = v >= c.lo && (c.hi < c.lo || v <= c.hi);
+      ASSERT_EQ(l.accepts(std::to_string(v)), in) << schema << " on " << v << "\n" << l.gbnf();
+    }
+    EXPECT_FALSE(l.accepts("012"));
+    EXPECT_EQ(l.accepts("123456789012"), c.hi < c.lo) << schema;
+  }
+}
+
+TEST(JsonSchemaShapes, BranchesShareTheirScalarParts) {
+  // Untyped anyOf branches: one string/number/... for all of them, objects kept apart.
+  Lang l(R"({"anyOf":[{"properties":{"a":{"type":"integer"}},"required":["a"]},
+                      {"properties":{"b":{"type":"string"}},"required":["b"]}]})");
+  expect_language(l, {R"({"a":1})", R"({"b":"x"})", R"("s")", "1.5", "true", "null", "[1]"},
+                  {R"({"a":"x"})", R"({"b":1})", "{}"});
+  // The schema's own rule lists `string` once (not once per branch).
+  const std::string& g = l.gbnf();
+  size_t start = g.find("\nvalue ::= ");
+  ASSERT_NE(start, std::string::npos) << g;
+  std::string line = g.substr(start + 1, g.find('\n', start + 1) - start - 1);
+  size_t strings = 0;
+  for (size_t p = line.find(" string"); p != std::string::npos; p = line.find(" string", p + 1))
+    ++strings;
+  EXPECT_EQ(strings, 1u) << line;
+}
+
+TEST(JsonSchemaShapes, ControlEscapesGroupedInOneClass) {
+  // \S inside a JSON string: the escaped control characters that are not whitespace.
+  Lang l(R"({"type":"string","pattern":"^\\S+$"})");
+  expect_language(l, {R"("ab")", R"("\u0001")", R"("\u001F")", R"("\u000e")", R"("\b")"},
+                  {R"("a b")", R"("\u0009")", R"("\u000A")", R"("\n")", R"("")"});
+  EXPECT_EQ(l.gbnf().find(R"("\\u000" [1])"), std::string::npos) << l.gbnf();
+}
+
+}  // namespace

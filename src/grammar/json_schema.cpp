@@ -1152,11 +1152,15 @@ class Converter {
         synthetic_.emplace(key, name);
       }
       auto alts = alternatives(&s, ptr, 0);
+      // The alternatives' parts per type, each once: branches that differ only in their
+      // objects share one `string`, `number`... instead of one copy per branch (fewer
+      // parallel parses for the matcher, same language).
       std::vector<std::string> exprs;
       std::set<std::string> seen;
       for (const json* a : alts) {
-        std::string e = visit_simple(*a, ptr, depth + 1);
-        if (!e.empty() && seen.insert(e).second) exprs.push_back(e);
+        for (std::string& e : simple_parts(*a, ptr, depth + 1)) {
+          if (!e.empty() && seen.insert(e).second) exprs.push_back(std::move(e));
+        }
       }
       std::string body = join_alts(exprs);
       if (!memo) return body.empty() ? "" : rules_.add(hint_of(ptr), body);
@@ -1203,7 +1207,19 @@ class Converter {
   // ---- simple schemas (no top-level combinators) -----------------------------------------
 
   std::string visit_simple(const json& s, const std::string& ptr, int depth) {
-    if (s.is_boolean()) return s.get<bool>() ? any_value() : "";
+    std::vector<std::string> parts = simple_parts(s, ptr, depth);
+    if (parts.empty()) return "";
+    if (parts.size() == 1 && is_name(parts[0])) return parts[0];
+    return rules_.add(hint_of(ptr), join_alts(parts));
+  }
+
+  // The expressions of a schema without top-level combinators, one per type it allows
+  // (or one for its enum/const values); empty when it accepts nothing.
+  std::vector<std::string> simple_parts(const json& s, const std::string& ptr, int depth) {
+    if (s.is_boolean()) {
+      if (s.get<bool>()) return {any_value()};
+      return {};
+    }
     if (!s.is_object()) fail("", ptr, "schema must be an object or a boolean");
     // Here, not in visit(): keywords inside anyOf/oneOf/allOf branches arrive merged.
     check_keywords(s, ptr);
@@ -1228,7 +1244,11 @@ class Converter {
     if (types.count("number")) types.erase("integer");
     json excluded = json::array();  // scalar values `not` rules out
     if (s.contains("not")) apply_not(s["not"], types, excluded, ptr + "/not");
-    if (s.contains("enum") || s.contains("const")) return enum_values(s, types, ptr, excluded);
+    if (s.contains("enum") || s.contains("const")) {
+      std::string e = enum_values(s, types, ptr, excluded);
+      if (e.empty()) return {};
+      return {e};
+    }
     std::vector<std::string> excluded_strings;
     bool excluded_numbers = false;
     for (const json& v : excluded) {
@@ -1268,9 +1288,7 @@ class Converter {
       }
       if (!e.empty()) alts.push_back(e);
     }
-    if (alts.empty()) return "";
-    if (alts.size() == 1 && is_name(alts[0])) return alts[0];
-    return rules_.add(hint_of(ptr), join_alts(alts));
+    return alts;
   }
 
   static bool is_name(const std::string& e) {

@@ -78,17 +78,49 @@ std::string nonneg_range_text(const std::string& as, const std::string& bs) {
   bool unbounded = bs.empty();
   if (!unbounded && (as.size() > bs.size() || (as.size() == bs.size() && as > bs))) return "";
   std::vector<std::string> alts;
+  // Consecutive lengths whose numbers are all allowed are one alternative,
+  // [1-9] [0-9]{a,b}, rather than one per length (fewer parallel parses, same language).
+  size_t run_lo = 0, run_hi = 0;  // lengths [run_lo, run_hi] fully allowed; 0: none
+  auto flush = [&](bool open_end) {
+    if (run_lo == 0) return;
+    size_t a = run_lo - 1, b = run_hi - 1;
+    std::string digits;
+    if (open_end) {
+      digits = a == 0 ? "[0-9]*" : a == 1 ? "[0-9]+" : "[0-9]{" + std::to_string(a) + ",}";
+    } else if (a == b) {
+      digits = a == 0 ? "" : a == 1 ? "[0-9]" : "[0-9]{" + std::to_string(a) + "}";
+    } else {
+      digits = "[0-9]{" + std::to_string(a) + "," + std::to_string(b) + "}";
+    }
+    alts.push_back("[1-9]" + (digits.empty() ? "" : " " + digits));
+    run_lo = run_hi = 0;
+  };
   size_t max_len = unbounded ? as.size() : bs.size();
   for (size_t len = as.size(); len <= max_len; ++len) {
     std::string lo = len == as.size() ? as : "1" + std::string(len - 1, '0');
     std::string hi = (!unbounded && len == max_len) ? bs : std::string(len, '9');
-    if (len == 1 && lo == "0" && hi == "9") {
-      alts.push_back("[0-9]");
+    if (len == 1 && lo == "0") {
+      alts.push_back("\"0\"");
+      lo = "1";
+      if (hi == "0") continue;
+    }
+    if (lo == "1" + std::string(len - 1, '0') && hi == std::string(len, '9')) {
+      if (run_lo == 0) run_lo = len;
+      run_hi = len;
       continue;
     }
+    flush(false);
     alts.push_back(fixed_range(lo, hi));
   }
-  if (unbounded) alts.push_back("[1-9] [0-9]{" + std::to_string(as.size()) + ",}");
+  if (unbounded) {
+    if (run_lo == 0 || run_hi != max_len) {
+      flush(false);
+      run_lo = max_len + 1;
+    }
+    flush(true);
+  } else {
+    flush(false);
+  }
   std::string body;
   for (size_t i = 0; i < alts.size(); ++i) body += (i ? " | " : "") + alts[i];
   return alts.size() > 1 ? "(" + body + ")" : body;

@@ -699,13 +699,21 @@ std::string char_expression(const CharSet& set, gbnf::RuleSet& rules, Encoding e
   if (controls.size() == 32) {
     alts.push_back("\"\\\\u00\" [01] [0-9a-fA-F]");
   } else {
-    for (const CharSet::Range& r : controls.ranges()) {
-      for (uint32_t c = r.lo; c <= r.hi; ++c) {
-        static const char* kHex = "0123456789abcdef";
-        std::string lo_digit = std::string("[") + kHex[c & 15] +
-                               (kHex[c & 15] >= 'a' ? std::string(1, kHex[c & 15] - 32) : "") + "]";
-        alts.push_back("\"\\\\u00" + std::string(1, kHex[c >> 4]) + "\" " + lo_digit);
+    // One alternative per high hex digit, its low digits in one class (both letter cases):
+    // "\\u000" [0-8eEfF] rather than one alternative per control character.
+    static const char* kHex = "0123456789abcdef";
+    for (uint32_t hi = 0; hi < 2; ++hi) {
+      std::string digits;
+      size_t n = 0;
+      for (uint32_t lo = 0; lo < 16; ++lo) {
+        if (!controls.contains(hi * 16 + lo)) continue;
+        ++n;
+        digits.push_back(kHex[lo]);
+        if (kHex[lo] >= 'a') digits.push_back(static_cast<char>(kHex[lo] - 32));
       }
+      if (n == 0) continue;
+      std::string cls = n == 16 ? "[0-9a-fA-F]" : "[" + digits + "]";
+      alts.push_back("\"\\\\u00" + std::string(1, kHex[hi]) + "\" " + cls);
     }
   }
   if (alts.empty()) return "";
