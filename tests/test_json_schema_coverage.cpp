@@ -222,4 +222,20 @@ TEST(JsonSchemaShapes, ControlEscapesGroupedInOneClass) {
   EXPECT_EQ(l.gbnf().find(R"("\\u000" [1])"), std::string::npos) << l.gbnf();
 }
 
+TEST(JsonSchemaShapes, ABranchAcceptingEverythingAbsorbsTheOthers) {
+  // Github_easy o2231: oneOf [A, {"#ref": ...}] (a typo, so an annotation-only branch) is read
+  // as anyOf: every value. The grammar is the any-value rule alone, not A beside it.
+  Lang l(R"({"oneOf":[{"properties":{"twos":{"type":"array","items":{"type":"integer"}}}},
+                      {"#ref":"#/definitions/x"}]})");
+  expect_language(l, {R"({"twos":[1]})", R"({"twos":"x"})", R"("s")", "[]", "null"}, {"", "{"});
+  EXPECT_EQ(l.gbnf().find("twos"), std::string::npos) << l.gbnf();
+  ASSERT_FALSE(l.warnings().empty());
+  EXPECT_EQ(l.warnings()[0], "oneOf");
+  // With closed objects by default an annotation-only schema is not "any value".
+  lacuna::SchemaOptions closed = compact();
+  closed.additional_properties_default = false;
+  Lang c(R"({"anyOf":[{"type":"integer"},{"title":"t"}]})", closed);
+  expect_language(c, {"1", "{}", R"("s")"}, {R"({"a":1})"});
+}
+
 }  // namespace

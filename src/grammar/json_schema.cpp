@@ -1157,6 +1157,16 @@ class Converter {
       // parallel parses for the matcher, same language).
       std::vector<std::string> exprs;
       std::set<std::string> seen;
+      // A branch that accepts every value makes the others redundant (e.g. a oneOf read as
+      // anyOf with a branch of only annotations): one parse instead of two, and no rules
+      // for the others.
+      for (const json* a : alts) {
+        if ((a->is_boolean() && a->get<bool>()) ||
+            (a->is_object() && opt_.additional_properties_default && trivially_true(*a))) {
+          alts = {a};
+          break;
+        }
+      }
       for (const json* a : alts) {
         for (std::string& e : simple_parts(*a, ptr, depth + 1)) {
           if (!e.empty() && seen.insert(e).second) exprs.push_back(std::move(e));
@@ -1221,6 +1231,8 @@ class Converter {
       return {};
     }
     if (!s.is_object()) fail("", ptr, "schema must be an object or a boolean");
+    // No validation keyword: any value (unless objects are closed by default).
+    if (opt_.additional_properties_default && trivially_true(s)) return {any_value()};
     // Here, not in visit(): keywords inside anyOf/oneOf/allOf branches arrive merged.
     check_keywords(s, ptr);
     // Types allowed.
