@@ -238,4 +238,29 @@ TEST(JsonSchemaShapes, ABranchAcceptingEverythingAbsorbsTheOthers) {
   expect_language(c, {"1", "{}", R"("s")"}, {R"({"a":1})"});
 }
 
+// ---- numbers with exponent, IRIs --------------------------------------------------------
+
+TEST(JsonSchemaNumberExponent, ZeroAsTheOnlyBoundAllowsExponents) {
+  Lang ge(R"({"type":"number","minimum":0})");
+  expect_language(ge, {"1e-06", "0", "2.5E+3", "0e5", "7"}, {"-1e-06", "-2", "-0.5E3"});
+  Lang gt(R"({"type":"number","exclusiveMinimum":0})");
+  expect_language(gt, {"1e-06", "0.01e2", "3"}, {"0e5", "0.0e1", "0", "-1e2"});
+  Lang le(R"({"type":"number","maximum":0})");
+  expect_language(le, {"-1e-06", "0e3", "-0e3", "0", "-4"}, {"1e-06", "2E2"});
+  // Other bounds stay without exponent (exact only in plain decimals, as documented).
+  Lang range(R"({"type":"number","minimum":0,"maximum":1})");
+  expect_language(range, {"0.5", "1"}, {"5e-1", "1.5"});
+}
+
+TEST(JsonSchemaFormats, IriAndUriReference) {
+  Lang iri(R"({"type":"string","format":"iri"})");
+  expect_language(iri, {R"("https://example.com/ünï")", R"("urn:x")"},
+                  {R"("not-an-iri")", R"("://x")"});
+  Lang ref(R"({"type":"string","format":"uri-reference"})");
+  expect_language(ref, {R"("Web")", R"("../a/b?q#f")", R"("http://x.y/z")", R"("")", R"("a/b:c")"},
+                  {R"("://")", R"("1a:b")", R"("a b")"});
+  Lang iref(R"({"type":"string","format":"iri-reference"})");
+  expect_language(iref, {R"("dossier/été")"}, {R"(":x")"});
+}
+
 }  // namespace

@@ -96,11 +96,20 @@ std::string format_content(const std::string& format, gbnf::RuleSet& r) {
     std::string atom = r.add("email-atom", "[a-zA-Z0-9!#$%&'*+=?^_`{|}~\\x2F-]+");
     return r.add("email", atom + " (\".\" " + atom + ")* \"@\" " + hostname(r));
   }
-  if (format == "uri") {
-    return r.add("uri", "[a-zA-Z] [a-zA-Z0-9+.-]* \":\" " + uri_chars(r) + "*");
-  }
+  // IRIs (RFC 3987): URI characters and non-ASCII characters from U+00A0.
+  bool iri = format == "iri" || format == "iri-reference";
+  std::string chars =
+      iri ? r.add("iri-char", uri_chars(r) + " | [\\u00A0-\\U0010FFFF]") : uri_chars(r);
+  std::string absolute = "[a-zA-Z] [a-zA-Z0-9+.-]* \":\" " + chars + "*";
+  if (format == "uri" || format == "iri") return r.add(format, absolute);
   if (format == "uri-reference" || format == "iri-reference") {
-    return r.add("uri-reference", uri_chars(r) + "*");
+    // A reference is absolute, or relative: then its first segment holds no ':' (RFC 3986
+    // 4.2), so "://" is not a URI reference.
+    std::string first =
+        r.add(iri ? "iri-first-char" : "uri-first-char",
+              "[a-zA-Z0-9._~@!$&'()*+,;=\\x5B\\x5D-] | \"%\" [0-9a-fA-F] [0-9a-fA-F]" +
+                  std::string(iri ? " | [\\u00A0-\\U0010FFFF]" : ""));
+    return r.add(format, absolute + " | " + first + "* ([/?#] " + chars + "*)?");
   }
   return "";
 }

@@ -415,6 +415,18 @@ std::string number_range(std::optional<Bound> lo, std::optional<Bound> hi, gbnf:
     std::string r = magnitude(has_lo && !lo_neg ? &lo_m : nullptr, has_hi ? &hi_m : nullptr, rules);
     if (!r.empty()) alts.push_back(r);
   }
+  // With zero as the only bound, the sign decides: numbers with an exponent are exact too
+  // (minimum 0 accepts 1e-06).
+  const std::string exp = "[eE] [-+]? [0-9]+";
+  const std::string any_mag = "(\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)?";
+  const std::string nonzero_mag = "([1-9] [0-9]* (\".\" [0-9]+)? | \"0.\" \"0\"* [1-9] [0-9]*)";
+  const std::string zero_mag = "\"0\" (\".\" \"0\"+)?";
+  if (lo_zero && !has_hi) {
+    alts.push_back((lo->exclusive ? nonzero_mag : any_mag) + " " + exp);
+  } else if (hi_zero && !has_lo) {
+    alts.push_back("\"-\" " + (hi->exclusive ? nonzero_mag : any_mag) + " " + exp);
+    if (!hi->exclusive) alts.push_back(zero_mag + " " + exp);
+  }
   if (alts.empty()) return "";
   std::string body;
   for (size_t i = 0; i < alts.size(); ++i) body += (i ? " | " : "") + alts[i];
