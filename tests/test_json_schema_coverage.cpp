@@ -263,4 +263,16 @@ TEST(JsonSchemaFormats, IriAndUriReference) {
   expect_language(iref, {R"("dossier/été")"}, {R"(":x")"});
 }
 
+TEST(JsonSchemaFormats, FormatBesidePatternIsReported) {
+  // Github_medium o1053: "format":"date" with a date-like pattern; the pattern wins and the
+  // format's day check is not applied, so it must not pass silently.
+  Lang l(R"({"type":"string","format":"date","pattern":"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"})");
+  expect_language(l, {R"("2020-02-28")", R"("2020-02-30")"}, {R"("2020-2-28")"});
+  ASSERT_EQ(l.warnings().size(), 1u);
+  EXPECT_EQ(l.warnings()[0], "format");
+  // An annotation-only format beside a pattern needs no report.
+  Lang a(R"({"type":"string","format":"regex","pattern":"^a"})");
+  EXPECT_TRUE(a.warnings().empty());
+}
+
 }  // namespace

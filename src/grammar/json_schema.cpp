@@ -1574,6 +1574,13 @@ class Converter {
       const json& p = s["pattern"];
       if (!p.is_string()) fail("pattern", ptr, "pattern must be a string");
       std::string pat = p.get<std::string>();
+      // The pattern is enforced; a format with a grammar beside it is not (reported).
+      auto drop_format = [&] {
+        if (!s.contains("format") || !s["format"].is_string()) return;
+        gbnf::RuleSet scratch(1u << 20);
+        if (!schema_detail::format_content(s["format"].get<std::string>(), scratch).empty())
+          warn("format", ptr, "format is not enforced together with pattern");
+      };
       gbnf::CharSet set;
       long pmin, pmax;
       if (regex_detail::simple_repeat(pat, set, pmin, pmax)) {
@@ -1585,6 +1592,7 @@ class Converter {
         if (ch.empty()) return a == 0 ? q + " " + q : "";
         std::string body =
             repeat(ch.find(' ') != std::string::npos ? "(" + ch + ")" : ch, a, b, "pattern", ptr);
+        drop_format();
         return rules_.add(hint_of(ptr), q + " " + (body.empty() ? "" : body + " ") + q);
       }
       RegexOptions ro;
@@ -1604,6 +1612,7 @@ class Converter {
                 std::min(kMaxLengthPairs,
                          kMaxLengthPairsTotal - std::min(kMaxLengthPairsTotal, length_pairs_)));
             length_pairs_ += rules_.rule_count() - before;
+            drop_format();
             return e.empty() ? "" : rules_.add(hint_of(ptr), e);
           }
           return "";  // the pattern matches nothing
@@ -1617,6 +1626,7 @@ class Converter {
         if (min_len || max_len) {
           warn("minLength", ptr, "minLength/maxLength are not enforced together with pattern");
         }
+        drop_format();
         return rules_.add(hint_of(ptr), q + " " + e + " " + q);
       } catch (const RegexError& e) {
         if (opt_.strict) fail("pattern", ptr + "/pattern", std::string("pattern: ") + e.what());
