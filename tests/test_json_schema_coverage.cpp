@@ -3,6 +3,7 @@
 // numeric enum spellings, 64-bit integer bounds, propertyNames, warnings inside branches.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -273,6 +274,49 @@ TEST(JsonSchemaFormats, FormatBesidePatternIsReported) {
   // An annotation-only format beside a pattern needs no report.
   Lang a(R"({"type":"string","format":"regex","pattern":"^a"})");
   EXPECT_TRUE(a.warnings().empty());
+}
+
+TEST(JsonSchemaShapes, ObjectStatesListEveryNextMember) {
+  // Every order of every subset of keys: named keys in schema order, "b" required, extra
+  // keys anywhere, 1..3 members. The direct member listing must give exactly this.
+  Lang l(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},
+             "c":{"type":"boolean"},"d":{"type":"null"}},"required":["b"],
+             "additionalProperties":{"type":"integer"},"minProperties":2,"maxProperties":3})");
+  const std::vector<std::pair<std::string, std::string>> members = {
+      {"a", "1"}, {"b", R"("s")"}, {"c", "true"}, {"d", "null"}, {"x", "2"}, {"y", "3"}};
+  size_t accepted = 0;
+  for (unsigned mask = 0; mask < 64; ++mask) {
+    std::vector<size_t> keys;
+    for (size_t k = 0; k < 6; ++k)
+      if (mask & (1u << k)) keys.push_back(k);
+    if (keys.size() > 4) continue;
+    std::sort(keys.begin(), keys.end());
+    do {
+      std::string doc = "{";
+      long last_named = -1;
+      bool ordered = true;
+      for (size_t k : keys) {
+        if (doc.size() > 1) doc += ",";
+        doc += "\"" + members[k].first + "\":" + members[k].second;
+        if (k < 4) {
+          ordered &= static_cast<long>(k) > last_named;
+          last_named = static_cast<long>(k);
+        }
+      }
+      doc += "}";
+      bool want = ordered && (mask & 2u) && keys.size() >= 2 && keys.size() <= 3;
+      ASSERT_EQ(l.accepts(doc), want) << doc << "\n" << l.gbnf();
+      accepted += want;
+    } while (std::next_permutation(keys.begin(), keys.end()));
+  }
+  EXPECT_GT(accepted, 20u);
+  // Past the size bound the skipping form is used; same rules.
+  std::string props;
+  for (int i = 0; i < 150; ++i)
+    props += (i ? "," : "") + std::string("\"p") + std::to_string(i) + "\":{\"type\":\"integer\"}";
+  Lang big(R"({"type":"object","additionalProperties":false,"properties":{)" + props + "}}");
+  expect_language(big, {R"({"p3":1,"p100":2})", "{}", R"({"p149":0})"},
+                  {R"({"p100":2,"p3":1})", R"({"p150":1})", R"({"p3":"x"})"});
 }
 
 }  // namespace

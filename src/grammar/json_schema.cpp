@@ -2286,6 +2286,12 @@ class Converter {
       names.emplace(key, nm);
       return nm;
     };
+    // Each state lists every member that may come next (a named key up to the next required
+    // one, or an extra key) rather than skipping optional keys one by one through empty
+    // steps: the next key alone decides the branch, so the matcher keeps one parse instead
+    // of one per state an extra key could belong to. Same language; the skipping form is
+    // kept for objects too large for the quadratic listing.
+    const bool direct = (cap + 1) * (n + 1) * (n + 1) <= 20000;
     std::vector<std::pair<long, long>> work = {{0, 0}};
     std::set<std::pair<long, long>> done;
     state_name(0, 0);
@@ -2299,7 +2305,14 @@ class Converter {
         if (!done.count({ni, nc})) work.push_back({ni, nc});
         return state_name(ni, nc);
       };
-      if (i < n) {
+      if (direct) {
+        for (long j = i; j < n; ++j) {
+          const Prop& p = props[static_cast<size_t>(j)];
+          if (!p.kv.empty() && (max_p < 0 || c + 1 <= max_p) && feasible(j + 1, sat(c + 1)))
+            alts.push_back(lead + p.kv + " " + go(j + 1, sat(c + 1)));
+          if (p.required) break;  // it cannot be skipped
+        }
+      } else if (i < n) {
         const Prop& p = props[static_cast<size_t>(i)];
         if (!p.kv.empty() && (max_p < 0 || c + 1 <= max_p) && feasible(i + 1, sat(c + 1))) {
           alts.push_back(lead + p.kv + " " + go(i + 1, sat(c + 1)));
@@ -2309,7 +2322,8 @@ class Converter {
       if (!extra.empty() && (max_p < 0 || c + 1 <= max_p) && feasible(i, sat(c + 1))) {
         alts.push_back(lead + extra + " " + go(i, sat(c + 1)));
       }
-      if (i == n && c >= min_p) alts.push_back(c == 0 ? "\"}\"" : w + "\"}\"");
+      bool can_end = direct ? req_from[static_cast<size_t>(i)] == 0 : i == n;
+      if (can_end && c >= min_p) alts.push_back(c == 0 ? "\"}\"" : w + "\"}\"");
       rules_.define(state_name(i, c), alts.empty() ? kNeverBody : join_alts(alts));
     }
     return rules_.add(base, "\"{\" " + w + state_name(0, 0));
