@@ -278,6 +278,8 @@ Out run(llama_context* ctx, const llama_vocab* vocab, const std::string& gbnf,
     EXPECT_NE(gen.config().decode.cost.relative, p.cost.relative);
   }
   gen.generate();
+  // A measurement, when there was one, is inside both the prefill and the total time.
+  EXPECT_LE(gen.stats().prefill_ms, gen.stats().total_ms);
   return {gen.tokens(), gen.stats()};
 }
 

@@ -115,16 +115,16 @@ void Generator::prefill(std::span<const Token> prompt) {
                              std::to_string(n_past_) + " used of " + std::to_string(n_ctx_) + ")");
   }
   const DecodeOptions& opt = config_.decode;
-  double cost_ms = 0;
+  // The generation's clock starts before a cost measurement, so that prefill_ms and
+  // total_ms include it.
+  const auto t_begin = Clock::now();
   if (opt.measure_cost && opt.verify_strings && opt.draft_policy == DraftPolicy::adaptive &&
       !cost_measured_) {
     // Before the prompt is decoded: the measurement overwrites the context's logits. Cached
     // per process, model and thread count, so only the first generator pays for it (counted
     // in its prefill_ms).
-    const auto t0 = Clock::now();
     config_.decode.cost = cached_decode_cost(ctx_, config_.seq);
     cost_measured_ = true;
-    cost_ms = ms_between(t0, Clock::now());
   }
   out_tokens_.clear();
   text_.clear();
@@ -137,12 +137,12 @@ void Generator::prefill(std::span<const Token> prompt) {
   draft_len_ = config_.decode.max_draft;
   accept_trials_ = 0;
   accept_hits_ = 0;
-  t_start_ = Clock::now();
+  t_start_ = t_begin;
 
   pending_.insert(pending_.end(), prompt.begin(), prompt.end());
   drafts_.clear();
   decode_pending(drafts_);
-  stats_.prefill_ms = ms_between(t_start_, Clock::now()) + cost_ms;
+  stats_.prefill_ms = ms_between(t_start_, Clock::now());
   stats_.forward_passes = 0;
   stats_.decode_ms = 0;
   stats_.tokens_batch_filled = 0;
