@@ -319,4 +319,19 @@ TEST(JsonSchemaShapes, ObjectStatesListEveryNextMember) {
                   {R"({"p100":2,"p3":1})", R"({"p150":1})", R"({"p3":"x"})"});
 }
 
+TEST(JsonSchemaLengthAndPattern, LoopingTailIsOneRepetition) {
+  // The accepting self-loop at a pattern's end becomes class{lo,hi}, so long bounds fit the
+  // (state, length) budget: exact, and no warning.
+  auto q = [](const std::string& x) { return "\"" + x + "\""; };
+  Lang l(R"({"type":"string","minLength":3,"maxLength":80,"pattern":"^[a-z][0-9a-z._-]*$"})");
+  expect_language(l, {q("abc"), q("a" + std::string(79, '0')), q("x.y-z")},
+                  {q("ab"), q("a" + std::string(80, '0')), q("1bc"), q("abC")});
+  EXPECT_TRUE(l.warnings().empty());
+  // Search semantics: after the first letter anything goes.
+  Lang s(R"({"type":"string","minLength":3,"maxLength":64,"pattern":"[A-z]+"})");
+  expect_language(s, {q("--a"), q("a  "), q(std::string(63, '-') + "b")},
+                  {q("---"), q("ab"), q(std::string(64, '-') + "b")});
+  EXPECT_TRUE(s.warnings().empty());
+}
+
 }  // namespace

@@ -1128,16 +1128,46 @@ std::string KeyClassifier::bounded_expression(size_t sig, long min, long max, gb
   auto key = [&](size_t s, long c) {
     return s * static_cast<size_t>(cap + 1) + static_cast<size_t>(c);
   };
+  // A "tail" state accepts and only loops on itself over one class (every other move is
+  // dead), like the [0-9a-z._-]* end of ^[a-z][0-9a-z._-]*$: from it the rest is that
+  // class repeated {min-c, max-c} times, one rule instead of one pair per length.
+  std::vector<char> good(states_.size(), 0);  // can still end in class `sig`
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (size_t s = 0; s < states_.size(); ++s) {
+      if (good[s]) continue;
+      bool g = states_[s].sig == sig;
+      for (const auto& [cs, t] : states_[s].next) g = g || good[static_cast<size_t>(t)];
+      if (g) good[s] = 1, grew = true;
+    }
+  }
+  std::vector<gbnf::CharSet> tail(states_.size());
+  std::vector<char> is_tail(states_.size(), 0);
+  for (size_t s = 0; s < states_.size(); ++s) {
+    if (states_[s].sig != sig) continue;
+    bool ok = true;
+    for (const auto& [cs, t] : states_[s].next) {
+      if (static_cast<size_t>(t) == s) {
+        tail[s].add(cs);
+      } else if (good[static_cast<size_t>(t)]) {
+        ok = false;
+      }
+    }
+    is_tail[s] = ok && !tail[s].empty();
+  }
   std::map<size_t, std::string> names;
   std::vector<std::pair<size_t, long>> work = {{0, 0}};
   std::vector<std::pair<size_t, long>> order;
+  size_t tails = 0;
   names[key(0, 0)] = "";
   while (!work.empty()) {
     auto [s, c] = work.back();
     work.pop_back();
     order.push_back({s, c});
-    if (order.size() > max_pairs) throw RegexError("pattern with length bounds too large", 0);
-    if (max >= 0 && c >= max) continue;
+    tails += is_tail[s];  // one repetition each: not counted against the budget
+    if (order.size() - tails > max_pairs)
+      throw RegexError("pattern with length bounds too large", 0);
+    if ((max >= 0 && c >= max) || is_tail[s]) continue;
     long nc = max >= 0 ? c + 1 : std::min(c + 1, cap);
     for (const auto& [cs, t] : states_[s].next) {
       if (names.emplace(key(static_cast<size_t>(t), nc), "").second)
@@ -1149,8 +1179,9 @@ std::string KeyClassifier::bounded_expression(size_t sig, long min, long max, gb
   std::vector<size_t> live_work;
   std::map<size_t, bool> live;
   for (auto [s, c] : order) {
-    if (states_[s].sig == sig && c >= min) live[key(s, c)] = true, live_work.push_back(key(s, c));
-    if (max >= 0 && c >= max) continue;
+    if (states_[s].sig == sig && (c >= min || is_tail[s]))
+      live[key(s, c)] = true, live_work.push_back(key(s, c));
+    if ((max >= 0 && c >= max) || is_tail[s]) continue;
     long nc = max >= 0 ? c + 1 : std::min(c + 1, cap);
     for (const auto& [cs, t] : states_[s].next)
       back[key(static_cast<size_t>(t), nc)].push_back(key(s, c));
@@ -1169,6 +1200,23 @@ std::string KeyClassifier::bounded_expression(size_t sig, long min, long max, gb
   for (auto [s, c] : order) {
     if (!live[key(s, c)]) continue;
     std::string body;
+    if (is_tail[s]) {
+      long lo = std::max(0L, min - c), hi = max < 0 ? -1 : max - c;
+      std::string ch = char_expression(tail[s], rules, Encoding::JsonString);
+      if (ch.find(' ') != std::string::npos) ch = "(" + ch + ")";
+      std::string rep;
+      if (hi == 0) {
+        rep = "";
+      } else if (hi < 0) {
+        rep = lo == 0 ? ch + "*" : lo == 1 ? ch + "+" : ch + "{" + std::to_string(lo) + ",}";
+      } else if (lo == hi) {
+        rep = lo == 1 ? ch : ch + "{" + std::to_string(lo) + "}";
+      } else {
+        rep = ch + "{" + std::to_string(lo) + "," + std::to_string(hi) + "}";
+      }
+      rules.define(names[key(s, c)], (rep.empty() ? "" : rep + " ") + "\"\\\"\"");
+      continue;
+    }
     if (states_[s].sig == sig && c >= min) body = "\"\\\"\"";
     if (max < 0 || c < max) {
       long nc = max >= 0 ? c + 1 : std::min(c + 1, cap);
