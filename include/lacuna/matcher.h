@@ -46,6 +46,10 @@ struct CompileOptions {
   // (compile is fast, a first visit of a context costs one vocabulary walk). Masks are the
   // same either way.
   double eager_ms = 50.0;
+  // Reuse the token classes of common rule prefixes (a JSON string's characters, a number's
+  // digits, whitespace) across every grammar compiled against the same TokenIndex, keyed by
+  // the exact rules involved. Masks are the same either way; false measures a cold start.
+  bool share_masks = true;
 };
 
 namespace detail {

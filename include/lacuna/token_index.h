@@ -16,6 +16,10 @@ struct llama_vocab;
 
 namespace lacuna {
 
+namespace detail {
+struct SharedMasks;
+}
+
 // An incomplete UTF-8 sequence at the end of some bytes, as llama.cpp's grammar keeps it:
 // `value` holds the bits seen so far, `n_remain` the continuation bytes still expected
 // (0: none pending; -1: the bytes were not valid UTF-8).
@@ -102,6 +106,10 @@ class TokenIndex {
   double build_ms() const { return build_ms_; }
   size_t memory_bytes() const;
 
+  // Token classes shared by every grammar compiled against this index (matcher internals;
+  // thread-safe).
+  detail::SharedMasks& shared_masks() const { return *shared_masks_; }
+
  private:
   TokenIndex() = default;
   void finish();
@@ -122,6 +130,7 @@ class TokenIndex {
   std::vector<SubtreeChars> subtree_chars_;
   std::vector<Token> continuation_;
   double build_ms_ = 0;
+  std::shared_ptr<detail::SharedMasks> shared_masks_;
 };
 
 }  // namespace lacuna

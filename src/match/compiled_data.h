@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "lacuna/grammar.h"
@@ -120,6 +121,16 @@ struct ContextMask {
   }
 };
 
+// Token classes of rule prefixes, shared across the grammars compiled against one
+// TokenIndex: key = the exact rules a prefix can reach (see prefix_key in compiler.cpp),
+// value = its mask, or null when too many tokens leave the prefix for it to be of use.
+struct SharedMasks {
+  static constexpr size_t kMaxBytes = size_t{256} << 20;
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_ptr<const ContextMask>> masks;  // guarded by mu
+  size_t bytes = 0;                                                           // guarded by mu
+};
+
 // Computes context masks: the vocabulary-trie walk (compiler.cpp). Not thread-safe.
 class ContextClassifier;
 
@@ -144,6 +155,13 @@ struct CompiledData {
   const ContextMask* mask(uint32_t ctx) const;
   // Computes and publishes the mask of ctx (caller holds no lock). Returns it.
   const ContextMask* compute_mask(uint32_t ctx) const;
+  // The exact mask of one whole stack (its positions from the top down), for stacks whose
+  // context leaves too many tokens uncertain (see kDeepUncertain): one walk of the
+  // vocabulary trie with nothing below the stack, shared by every matcher of this grammar.
+  // Null when computing it hit a limit (the caller then checks the uncertain tokens).
+  const ContextMask* deep_mask(const std::vector<uint32_t>& positions) const;
+  // Contexts with more uncertain tokens than this use deep masks at run time.
+  size_t deep_threshold() const { return tokens ? tokens->n_vocab() / 16 : 0; }
   size_t n_masked_contexts() const { return n_masked_; }    // contexts with a character top
   size_t n_computed() const { return n_computed_.load(); }  // masks computed so far
   size_t masks_memory_bytes() const { return masks_bytes_.load(); }
@@ -156,6 +174,12 @@ struct CompiledData {
   mutable std::unique_ptr<ContextClassifier> classifier;    // guarded by lazy_mu
   mutable std::vector<std::unique_ptr<ContextMask>> owned;  // guarded by lazy_mu
   mutable std::vector<uint8_t> failed;                      // guarded by lazy_mu
+  mutable bool keep_classifier = false;                     // guarded by lazy_mu: deep masks
+  struct DeepEntry {
+    std::vector<uint32_t> positions;
+    std::unique_ptr<ContextMask> mask;
+  };
+  mutable std::unordered_multimap<uint64_t, DeepEntry> deep;  // guarded by lazy_mu
   mutable std::atomic<size_t> n_computed_{0};
   mutable std::atomic<size_t> masks_bytes_{0};
 };

@@ -282,8 +282,8 @@ std::vector<CharSet> follow_sets(const GrammarTables& g) {
 // Interned sets of chains and memoized transitions, shared by all context walks.
 class WalkStates {
  public:
-  WalkStates(StackPool& pool, const GrammarTables& g, size_t max_states)
-      : pool_(pool), g_(g), max_states_(max_states) {
+  WalkStates(StackPool& pool, const GrammarTables& g, size_t max_states, size_t max_members)
+      : pool_(pool), g_(g), max_states_(max_states), max_members_(max_members) {
     sets_.push_back({0, 0});  // set 0: empty
     ascii_.assign(128, kUnset);
   }
@@ -303,6 +303,13 @@ class WalkStates {
       }
     }
     const uint32_t id = static_cast<uint32_t>(sets_.size());
+    // Ambiguous grammars (a repetition of something that may itself repeat) can make the
+    // sets grow exponentially with the length of a token: bound their size too.
+    if (members.size() > max_members_ || data_.size() + members.size() > 64 * max_members_) {
+      throw GrammarLimitError(
+          "grammar too ambiguous: more than " + std::to_string(max_members_) +
+          " parse stacks in one state while precomputing masks (CompileOptions::max_stacks)");
+    }
     if (id > max_states_) {
       throw GrammarLimitError(
           "grammar too ambiguous: more than " + std::to_string(max_states_) +
@@ -543,6 +550,7 @@ class WalkStates {
   StackPool& pool_;
   const GrammarTables& g_;
   size_t max_states_;
+  size_t max_members_;
   std::vector<std::pair<uint32_t, uint32_t>> sets_;
   std::vector<uint32_t> data_;
   std::unordered_multimap<uint64_t, uint32_t> index_;
@@ -570,16 +578,47 @@ struct Classifier {
   const std::vector<uint8_t>& no_text;
   std::vector<Token> accepted, uncertain;
 
-  // The parse state after a trie node's code points.
+  // The parse state after a trie node's code points: inside the context (`set`), and past
+  // its end (the stacks the rule of the chain's bottom returns to, with what lies below
+  // them unknown). `pending`: the walk past the end left those stacks too, so every token
+  // below is uncertain.
   struct Frame {
     uint32_t set;
+    uint32_t fset;   // the stacks past the context's end after this node's code points
+    uint32_t fnext;  // what the part past the context's end consumes next (set ids)
     uint32_t depth;  // code points consumed from the context's start
-    bool exited;
+    bool exited;     // the context ended right after this node's code point
+    bool fexited;    // the part past the end left its stacks right after this code point
     bool pending;
-    const CharSet* first;  // what the frame's set can consume next (null: nothing)
+    const CharSet* first;   // what `set` can consume next (null: nothing)
+    const CharSet* ffirst;  // what `fnext` can consume next (null: nothing)
   };
-  std::vector<Frame> frames;
+  std::vector<Frame> frames, path;
   std::vector<std::pair<uint32_t, uint32_t>> todo;  // (trie node, parent frame)
+  uint32_t after_end = 0;           // set: the stacks returned to when the context ends
+  bool exit_any = false;            // leaving the context makes every longer token uncertain
+  size_t uncertain_cap = SIZE_MAX;  // a walk stops (over_cap) with more uncertain tokens
+  bool over_cap = false;
+  const CharSet* leave_follow = nullptr;  // what may follow once the stacks past the end are left
+  std::unordered_map<uint64_t, uint32_t> unions;
+  std::vector<uint32_t> union_buf;
+
+  uint32_t merge(uint32_t a, uint32_t b) {
+    if (a == 0 || a == b) return b;
+    if (b == 0) return a;
+    if (a > b) std::swap(a, b);
+    const uint64_t key = (uint64_t(a) << 32) | b;
+    auto it = unions.find(key);
+    if (it != unions.end()) return it->second;
+    uint32_t n;
+    const uint32_t* m = states.members(a, &n);
+    union_buf.assign(m, m + n);
+    m = states.members(b, &n);
+    union_buf.insert(union_buf.end(), m, m + n);
+    const uint32_t id = states.intern(union_buf);
+    unions.emplace(key, id);
+    return id;
+  }
 
   bool partial_ok(uint32_t set, PartialUtf8 p) {
     uint32_t n;
@@ -591,22 +630,32 @@ struct Classifier {
     return false;
   }
 
-  void classify_node(const TokenIndex::TrieNode& node, uint32_t set, bool exited, bool pending) {
+  // Sorts the tokens ending at a node: accepted (the context alone takes them, whatever
+  // lies below it), uncertain (only the real stack below can tell), or refused.
+  void classify_node(const TokenIndex::TrieNode& node, uint32_t set, bool exited, uint32_t fset,
+                     bool past) {
     const auto& tt = tokens.trie_tokens();
     for (uint32_t k = node.tok_begin; k < node.tok_end; ++k) {
       const auto& t = tt[k];
       if (!no_text.empty() && no_text[static_cast<size_t>(t.id)]) continue;
-      bool acc;
-      if (t.partial.n_remain == 0) {
-        acc = set != 0 || exited;
-      } else {
-        acc = set != 0 && partial_ok(set, t.partial);
-      }
-      if (acc) {
-        accepted.push_back(t.id);
-      } else if (pending || exited) {
-        uncertain.push_back(t.id);
-      }
+      sort_token(t.id, t.partial, set, exited, fset, past);
+    }
+  }
+
+  void sort_token(Token id, PartialUtf8 partial, uint32_t set, bool exited, uint32_t fset,
+                  bool past) {
+    bool acc, unc;
+    if (partial.n_remain == 0) {
+      acc = set != 0 || exited;
+      unc = past || fset != 0;
+    } else {
+      acc = set != 0 && partial_ok(set, partial);
+      unc = past || exited || (fset != 0 && partial_ok(fset, partial));
+    }
+    if (acc) {
+      accepted.push_back(id);
+    } else if (unc) {
+      uncertain.push_back(id);
     }
   }
 
@@ -672,69 +721,159 @@ struct Classifier {
   }
 
   // Queues the children of node j that may lead somewhere from frame f: those the frame's
-  // set can consume, and after an exit those the rule's FOLLOW allows; every child while
-  // pending.
-  void queue_children(uint32_t j, uint32_t f, const CharSet& follow) {
+  // sets can consume, and what may follow a rule after the part past the end was left;
+  // every child while pending.
+  void queue_children(uint32_t j, uint32_t f) {
     const auto& off = tokens.child_offsets();
     const uint32_t cb = off[j], ce = off[j + 1];
     const Frame& fr = frames[f];
-    if (fr.pending) {
-      const auto& kids = tokens.child_nodes();
+    const auto& kids = tokens.child_nodes();
+    if (fr.pending || (exit_any && fr.exited)) {
       for (uint32_t k = ce; k-- > cb;) todo.push_back({kids[k], f});
       return;
     }
-    if (fr.exited) queue_matching(cb, ce, follow, fr.first, f);
+    if (fr.fexited) {
+      const auto& trie = tokens.trie();
+      for (uint32_t k = ce; k-- > cb;) {
+        const uint32_t cp = trie[kids[k]].cp;
+        if (leave_follow->match(cp) || (fr.first != nullptr && fr.first->match(cp)) ||
+            (fr.ffirst != nullptr && fr.ffirst->match(cp))) {
+          todo.push_back({kids[k], f});
+        }
+      }
+      return;
+    }
+    if (fr.ffirst != nullptr) queue_matching(cb, ce, *fr.ffirst, fr.first, f);
     if (fr.first != nullptr) queue_matching(cb, ce, *fr.first, nullptr, f);
   }
 
-  void walk_subtree(uint32_t first, uint32_t root_set, const CharSet& follow) {
+  // One step of `set` on the code point of a trie node: (next set << 1) | left.
+  uint32_t step_on(uint32_t set, const CharSet* first, uint32_t cp) {
+    if (first == nullptr || set == 0) return 0;
+    // Above ASCII, a set that treats all such code points alike needs no range search.
+    if ((cp >= 128 && states.uniform(set)) || first->match(cp)) return states.step(set, cp);
+    return 0;
+  }
+
+  Frame make_frame(uint32_t set, uint32_t fset, uint32_t depth, bool exited, bool fexited,
+                   bool pending) {
+    const uint32_t fnext = exited ? merge(fset, after_end) : fset;
+    return {set,
+            fset,
+            fnext,
+            depth,
+            exited,
+            fexited,
+            pending,
+            set != 0 ? &states.first(set) : nullptr,
+            fnext != 0 ? &states.first(fnext) : nullptr};
+  }
+
+  void all_uncertain_below(uint32_t j) {
+    const auto& trie = tokens.trie();
+    const auto& tt = tokens.trie_tokens();
+    const uint32_t end = trie[j].end;
+    const uint32_t te = end < trie.size() ? trie[end].tok_begin : static_cast<uint32_t>(tt.size());
+    for (uint32_t k = trie[j].tok_end; k < te; ++k) {
+      if (no_text.empty() || !no_text[static_cast<size_t>(tt[k].id)]) uncertain.push_back(tt[k].id);
+    }
+  }
+
+  // The frame after code point cp from `parent`.
+  Frame child(const Frame& parent, uint32_t cp) {
+    const uint32_t v = step_on(parent.set, parent.first, cp);
+    const uint32_t fv = step_on(parent.fnext, parent.ffirst, cp);
+    // Past the stacks the context returns to, what comes next depends on the real stack.
+    const bool pending = parent.pending || (parent.fexited && leave_follow->match(cp)) ||
+                         (exit_any && parent.exited);
+    return make_frame(v >> 1, fv >> 1, parent.depth + 1, v & 1u, fv & 1u, pending);
+  }
+
+  // Sorts the tokens `ids` (in trie order) from the stack `chain` like a walk would, along
+  // each token's own code points, reusing the frames of the previous token's prefix.
+  void classify_list(uint32_t chain, const std::vector<Token>& ids) {
+    accepted.clear();
+    uncertain.clear();
+    std::vector<uint32_t> m{chain};
+    path.clear();
+    path.push_back(make_frame(states.intern(m), 0, 0, false, false, false));
+    const uint32_t* prev = nullptr;
+    size_t prev_n = 0;
+    for (Token t : ids) {
+      size_t n;
+      const uint32_t* cps = tokens.code_points(t, &n);
+      size_t l = 0;
+      while (l < prev_n && l < n && l + 1 < path.size() && cps[l] == prev[l]) ++l;
+      path.resize(l + 1);
+      prev = cps;
+      bool dead = false;
+      for (size_t d = l; d < n; ++d) {
+        const Frame c = child(path[d], cps[d]);
+        if (c.set == 0 && !c.exited && c.fset == 0 && !c.fexited && !c.pending) {
+          dead = true;
+          break;
+        }
+        path.push_back(c);
+      }
+      prev_n = path.size() - 1;
+      if (dead) continue;
+      const Frame& fr = path[n];
+      sort_token(t, tokens.partial(t), fr.set, fr.exited, fr.fset, fr.pending || fr.fexited);
+    }
+  }
+
+  void walk_subtree(uint32_t first, uint32_t root_set) {
     const auto& trie = tokens.trie();
     frames.clear();
     todo.clear();
-    frames.push_back({root_set, 0, false, false, &states.first(root_set)});
+    frames.push_back(make_frame(root_set, 0, 0, false, false, false));
     todo.push_back({first, 0});
     while (!todo.empty()) {
       const auto [j, f] = todo.back();
       todo.pop_back();
       const Frame parent = frames[f];
       const auto& node = trie[j];
-      // Above ASCII, a set that treats all such code points alike needs no range search.
-      uint32_t v = 0;
-      if (parent.first != nullptr &&
-          ((node.cp >= 128 && states.uniform(parent.set)) || parent.first->match(node.cp))) {
-        v = states.step(parent.set, node.cp);
-      }
-      const uint32_t set = v >> 1;
-      const bool exited = v & 1u;
-      const bool pending = parent.pending || (parent.exited && follow.match(node.cp));
-      const uint32_t depth = parent.depth + 1;
-      if (set == 0 && !exited && !pending) continue;
-      classify_node(node, set, exited, pending);
+      const Frame c = child(parent, node.cp);
+      if (c.set == 0 && !c.exited && c.fset == 0 && !c.fexited && !c.pending) continue;
+      classify_node(node, c.set, c.exited, c.fset, c.pending || c.fexited);
       if (node.end == j + 1) continue;  // a leaf
-      if (set != 0 && !exited && !pending && bulk_accept(j, set, depth)) continue;
-      frames.push_back({set, depth, exited, pending, set != 0 ? &states.first(set) : nullptr});
-      queue_children(j, static_cast<uint32_t>(frames.size() - 1), follow);
+      if (c.set != 0 && !c.exited && c.fset == 0 && !c.fexited && !c.pending &&
+          bulk_accept(j, c.set, c.depth)) {
+        continue;
+      }
+      if (c.set == 0 && (c.pending || (exit_any && c.exited))) {
+        // Nothing below can stay in the context: every token below is uncertain.
+        all_uncertain_below(j);
+        if (uncertain.size() > uncertain_cap) {
+          over_cap = true;
+          todo.clear();
+          return;
+        }
+        continue;
+      }
+      frames.push_back(c);
+      queue_children(j, static_cast<uint32_t>(frames.size() - 1));
     }
   }
 
-  void classify_context(uint32_t chain, const CharSet& follow) {
+  void classify_context(uint32_t chain) {
     accepted.clear();
     uncertain.clear();
     std::vector<uint32_t> m{chain};
     const uint32_t set0 = states.intern(m);
     const auto& trie = tokens.trie();
     // Tokens with no full code point (only a partial sequence) sit at the root.
-    classify_node(trie[0], set0, false, false);
+    classify_node(trie[0], set0, false, 0, false);
     const CharSet& top = g.charsets[g.elems[pool.pos(chain)].arg];
     const auto& kids = tokens.root_children();
     if (!top.any && !top.negated) {
       for (const auto& r : top.ranges) {
         auto it = std::lower_bound(kids.begin(), kids.end(), r.lo,
                                    [&](uint32_t idx, uint32_t v) { return trie[idx].cp < v; });
-        for (; it != kids.end() && trie[*it].cp <= r.hi; ++it) walk_subtree(*it, set0, follow);
+        for (; it != kids.end() && trie[*it].cp <= r.hi && !over_cap; ++it) walk_subtree(*it, set0);
       }
     } else {
-      for (uint32_t k : kids) walk_subtree(k, set0, follow);
+      for (size_t k = 0; k < kids.size() && !over_cap; ++k) walk_subtree(kids[k], set0);
     }
   }
 };
@@ -749,22 +888,58 @@ class ContextClassifier {
  public:
   explicit ContextClassifier(const CompiledData& d)
       : d_(d),
-        follow_(follow_sets(d.g)),
         walk_pool_(&d.g, nullptr, false),
-        states_(walk_pool_, d.g, d.options.max_walk_states),
-        cl_{*d.tokens, d.g, walk_pool_, states_, d.no_text, {}, {}, {}, {}} {}
+        states_(walk_pool_, d.g, d.options.max_walk_states, d.options.max_stacks),
+        cl_{*d.tokens, d.g, walk_pool_, states_,  d.no_text, {},      {}, {}, {},
+            {},        0,   false,      SIZE_MAX, false,     nullptr, {}, {}},
+        after_end_(d.g.rule_alt_begin.size() - 1, kUnset) {
+    // What may follow once the stacks past a context's end are left too: anything that
+    // may follow some rule.
+    RangeSet any_follow;
+    for (const CharSet& f : follow_sets(d.g)) merge_into(any_follow, charset_ranges(f));
+    leave_follow_ = detail::make_charset(false, false, std::move(any_follow));
+    cl_.leave_follow = &leave_follow_;
+    // Call sites of every rule.
+    callers_.resize(d.g.rule_alt_begin.size() - 1);
+    for (uint32_t p = 0; p + 1 < d.g.elems.size(); ++p) {
+      if (d.g.elems[p].kind == detail::kRef) callers_[d.g.elems[p].arg].push_back(p);
+    }
+  }
 
   std::unique_ptr<ContextMask> compute(uint32_t n) {
     const StackPool& pool = d_.contexts;
-    // Walks run on full (uncut) stacks: a copy of the context chain with the empty stack
-    // below it, so that popping below the chain is the only way to leave the context.
     chain_pos_.clear();
     for (uint32_t c = n; c != StackPool::kEmpty; c = pool.parent(c))
       chain_pos_.push_back(pool.pos(c));
+    // The rule of the chain's bottom decides where a token that leaves the context goes on.
+    const uint32_t after = after_end(d_.g.elem_rule[chain_pos_.back()]);
+    // Many chains share their top frames (a string's characters inside every property that
+    // holds a string): the tokens decided by the top frames alone are classified once per
+    // such prefix, and only the few that leave it are followed through the whole chain.
+    int tries = 0;
+    for (size_t len = 1; len < chain_pos_.size() && tries < kMaxPrefixTries; ++len) {
+      if (d_.g.rule_generated[d_.g.elem_rule[chain_pos_[len - 1]]]) continue;
+      ++tries;
+      const ContextMask* base = prefix_mask(len);
+      if (base != nullptr) return compose(*base, after);
+    }
+    return classify(chain_pos_, after);
+  }
+
+  // The mask of a whole stack: nothing lies below it, so no token is uncertain.
+  std::unique_ptr<ContextMask> compute_stack(const std::vector<uint32_t>& positions) {
+    return classify(positions, 0);
+  }
+
+ private:
+  // Walks run on full (uncut) stacks: a copy of the chain with the empty stack below it, so
+  // that popping below the chain is the only way to leave it; `after` is the set of stacks
+  // parsing goes on with then (see after_end).
+  std::unique_ptr<ContextMask> classify(const std::vector<uint32_t>& positions, uint32_t after) {
     uint32_t w = StackPool::kEmpty;
-    for (size_t k = chain_pos_.size(); k-- > 0;) w = walk_pool_.make(chain_pos_[k], w);
-    // The chain's bottom decides what may follow when the token leaves the context.
-    cl_.classify_context(w, follow_[d_.g.elem_rule[chain_pos_.back()]]);
+    for (size_t k = positions.size(); k-- > 0;) w = walk_pool_.make(positions[k], w);
+    cl_.after_end = after;
+    cl_.classify_context(w);
     auto cm = std::make_unique<ContextMask>();
     const size_t n_vocab = d_.tokens->n_vocab();
     if (cl_.accepted.size() * 32 > n_vocab) {
@@ -781,13 +956,185 @@ class ContextClassifier {
     return cm;
   }
 
- private:
+  static constexpr int kMaxPrefixTries = 3;
+
+  // The mask of the top `len` positions of chain_pos_ alone, where leaving them makes a
+  // longer token uncertain; null when too many tokens leave them. Memoized per prefix, and
+  // across grammars by the rules the prefix reaches (CompileOptions::share_masks).
+  const ContextMask* prefix_mask(size_t len) {
+    std::vector<uint32_t> key(chain_pos_.begin(), chain_pos_.begin() + static_cast<long>(len));
+    uint64_t h = 1469598103934665603ull;
+    for (uint32_t p : key) h = (h ^ p) * 1099511628211ull;
+    auto range = prefixes_.equal_range(h);
+    for (auto it = range.first; it != range.second; ++it) {
+      if (it->second.positions == key) return it->second.mask.get();
+    }
+    SharedMasks& shared = d_.tokens->shared_masks();
+    std::string skey;
+    if (d_.options.share_masks) {
+      skey = prefix_key(key);
+      std::lock_guard<std::mutex> lock(shared.mu);
+      auto it = shared.masks.find(skey);
+      if (it != shared.masks.end()) {
+        const ContextMask* m = it->second.get();
+        prefixes_.emplace(h, PrefixEntry{std::move(key), it->second});
+        return m;
+      }
+    }
+    cl_.exit_any = true;
+    cl_.uncertain_cap = d_.tokens->n_vocab() / 32;
+    cl_.over_cap = false;
+    std::unique_ptr<ContextMask> cm;
+    try {
+      cm = classify(key, 0);
+    } catch (...) {
+      cl_.exit_any = false;
+      cl_.uncertain_cap = SIZE_MAX;
+      cl_.over_cap = false;
+      throw;
+    }
+    cl_.exit_any = false;
+    cl_.uncertain_cap = SIZE_MAX;
+    // Too many tokens leave the prefix for it to be worth it: remembered as unusable.
+    if (cl_.over_cap) cm.reset();
+    cl_.over_cap = false;
+    std::shared_ptr<const ContextMask> sm(std::move(cm));
+    if (d_.options.share_masks) {
+      std::lock_guard<std::mutex> lock(shared.mu);
+      const size_t bytes = skey.size() + (sm ? sm->memory_bytes() : 0);
+      if (shared.bytes + bytes <= SharedMasks::kMaxBytes && shared.masks.emplace(skey, sm).second) {
+        shared.bytes += bytes;
+      }
+    }
+    const ContextMask* m = sm.get();
+    prefixes_.emplace(h, PrefixEntry{std::move(key), std::move(sm)});
+    return m;
+  }
+
+  // A byte string that determines the token classes of a prefix walked alone: the rest of
+  // each position's alternative, and every rule reachable from them (numbered in order of
+  // first use), with character sets and token ids spelled out, plus the options that
+  // change classes. Equal keys mean equal masks, in any grammar over the same TokenIndex.
+  std::string prefix_key(const std::vector<uint32_t>& positions) const {
+    const auto& g = d_.g;
+    std::string out;
+    auto put = [&](uint32_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+    std::unordered_map<uint32_t, uint32_t> ids;
+    std::vector<uint32_t> queue;
+    auto rule_id = [&](uint32_t r) {
+      auto [it, fresh] = ids.emplace(r, static_cast<uint32_t>(ids.size()));
+      if (fresh) queue.push_back(r);
+      return it->second;
+    };
+    auto put_alt = [&](uint32_t p) {
+      for (;; ++p) {
+        const Elem& e = g.elems[p];
+        out.push_back(static_cast<char>(e.kind));
+        if (e.kind == detail::kEnd) return;
+        if (e.kind == detail::kRef) {
+          put(rule_id(e.arg));
+        } else if (e.kind == detail::kChars) {
+          const CharSet& cs = g.charsets[e.arg];
+          out.push_back(static_cast<char>((cs.any ? 1 : 0) | (cs.negated ? 2 : 0)));
+          put(static_cast<uint32_t>(cs.ranges.size()));
+          for (const auto& r : cs.ranges) {
+            put(r.lo);
+            put(r.hi);
+          }
+        } else {
+          put(e.arg);
+        }
+      }
+    };
+    out.push_back(d_.no_text.empty() ? 'T' : 'C');
+    put(static_cast<uint32_t>(positions.size()));
+    for (uint32_t p : positions) put_alt(p);
+    for (size_t k = 0; k < queue.size(); ++k) {
+      const uint32_t r = queue[k];
+      out.push_back('R');
+      put(g.rule_alt_begin[r + 1] - g.rule_alt_begin[r]);
+      for (uint32_t a = g.rule_alt_begin[r]; a < g.rule_alt_begin[r + 1]; ++a) {
+        put_alt(g.alt_starts[a]);
+      }
+    }
+    return out;
+  }
+
+  // The mask of the whole chain from a prefix's mask: its accepted tokens, and its
+  // uncertain ones followed through the whole chain.
+  std::unique_ptr<ContextMask> compose(const ContextMask& base, uint32_t after) {
+    uint32_t w = StackPool::kEmpty;
+    for (size_t k = chain_pos_.size(); k-- > 0;) w = walk_pool_.make(chain_pos_[k], w);
+    cl_.after_end = after;
+    cl_.classify_list(w, base.uncertain_ids);
+    auto cm = std::make_unique<ContextMask>();
+    const size_t n_vocab = d_.tokens->n_vocab();
+    if (!base.accepted_bits.empty() ||
+        (base.accepted_ids.size() + cl_.accepted.size()) * 32 > n_vocab) {
+      if (!base.accepted_bits.empty()) {
+        cm->accepted_bits = base.accepted_bits;
+      } else {
+        cm->accepted_bits.assign(bitmask_words(n_vocab), 0);
+        for (Token t : base.accepted_ids) bitmask_set(cm->accepted_bits.data(), t);
+      }
+      for (Token t : cl_.accepted) bitmask_set(cm->accepted_bits.data(), t);
+    } else {
+      cm->accepted_ids = base.accepted_ids;
+      cm->accepted_ids.insert(cm->accepted_ids.end(), cl_.accepted.begin(), cl_.accepted.end());
+      std::sort(cm->accepted_ids.begin(), cm->accepted_ids.end());
+    }
+    cm->uncertain_ids = cl_.uncertain;  // still in trie order
+    return cm;
+  }
+
   const CompiledData& d_;
-  std::vector<CharSet> follow_;
+  // The set of stacks (in the walk pool, with the empty stack standing for what lies below)
+  // where parsing goes on after a frame of rule r ends: the positions after each call of r,
+  // and, where the rest of the caller may be empty or the call is a tail call, the same for
+  // the caller's rule. Memoized per rule.
+  uint32_t after_end(uint32_t r) {
+    if (after_end_[r] != kUnset) return after_end_[r];
+    std::vector<uint8_t> seen(after_end_.size(), 0);
+    std::vector<uint32_t> rules{r}, members, out;
+    seen[r] = 1;
+    while (!rules.empty()) {
+      const uint32_t cur = rules.back();
+      rules.pop_back();
+      for (uint32_t p : callers_[cur]) {
+        out.clear();
+        walk_pool_.start(p + 1, StackPool::kEmpty, out);
+        bool rest_empty = false;
+        for (uint32_t o : out) {
+          if (o == StackPool::kEmpty) {
+            rest_empty = true;
+          } else {
+            members.push_back(o);
+          }
+        }
+        const uint32_t caller = d_.g.elem_rule[p];
+        if (rest_empty && !seen[caller]) {
+          seen[caller] = 1;
+          rules.push_back(caller);
+        }
+      }
+    }
+    after_end_[r] = states_.intern(members);
+    return after_end_[r];
+  }
+
+  static constexpr uint32_t kUnset = 0xFFFFFFFFu;
   StackPool walk_pool_;
   WalkStates states_;
   Classifier cl_;
   std::vector<uint32_t> chain_pos_;
+  std::vector<uint32_t> after_end_;
+  CharSet leave_follow_;
+  std::vector<std::vector<uint32_t>> callers_;
+  struct PrefixEntry {
+    std::vector<uint32_t> positions;
+    std::shared_ptr<const ContextMask> mask;
+  };
+  std::unordered_multimap<uint64_t, PrefixEntry> prefixes_;
 };
 
 CompiledData::CompiledData() = default;
@@ -811,8 +1158,31 @@ const ContextMask* CompiledData::compute_mask(uint32_t ctx) const {
     failed[ctx] = 1;
     return nullptr;
   }
+  if (m->uncertain_ids.size() > deep_threshold()) keep_classifier = true;
   slots[ctx].store(m, std::memory_order_release);
-  if (++n_computed_ == n_masked_) classifier.reset();  // every mask is known
+  if (++n_computed_ == n_masked_ && !keep_classifier) classifier.reset();  // every mask is known
+  return m;
+}
+
+const ContextMask* CompiledData::deep_mask(const std::vector<uint32_t>& positions) const {
+  uint64_t h = 1469598103934665603ull;
+  for (uint32_t p : positions) h = (h ^ p) * 1099511628211ull;
+  std::lock_guard<std::mutex> lock(lazy_mu);
+  auto range = deep.equal_range(h);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (it->second.positions == positions) return it->second.mask.get();
+  }
+  if (!classifier) return nullptr;
+  std::unique_ptr<ContextMask> cm;
+  try {
+    if (masks_bytes_.load() > options.max_memory_bytes) return nullptr;
+    cm = classifier->compute_stack(positions);
+  } catch (const GrammarLimitError&) {
+    cm = nullptr;  // remembered: the caller checks the uncertain tokens instead
+  }
+  const ContextMask* m = cm.get();
+  if (cm) masks_bytes_ += cm->memory_bytes() + positions.size() * 4;
+  deep.emplace(h, DeepEntry{positions, std::move(cm)});
   return m;
 }
 
@@ -875,8 +1245,27 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
   for (uint32_t a = g.rule_alt_begin[g.root]; a < g.rule_alt_begin[g.root + 1]; ++a) {
     pool.start(g.alt_starts[a], StackPool::kEmpty, tmp);
   }
+  // Rules the root cannot reach have no contexts worth a walk.
+  std::vector<uint8_t> reachable(g.rule_alt_begin.size() - 1, 0);
+  std::vector<uint32_t> rq{g.root};
+  reachable[g.root] = 1;
+  while (!rq.empty()) {
+    const uint32_t r = rq.back();
+    rq.pop_back();
+    for (uint32_t a = g.rule_alt_begin[r]; a < g.rule_alt_begin[r + 1]; ++a) {
+      for (uint32_t p = g.alt_starts[a]; g.elems[p].kind != detail::kEnd; ++p) {
+        if (g.elems[p].kind == detail::kRef && !reachable[g.elems[p].arg]) {
+          reachable[g.elems[p].arg] = 1;
+          rq.push_back(g.elems[p].arg);
+        }
+      }
+    }
+  }
   for (uint32_t p = 0; p < g.elems.size(); ++p) {
-    if (g.elems[p].kind == detail::kEnd || !g.rule_boundary[g.elem_rule[p]]) continue;
+    if (g.elems[p].kind == detail::kEnd || !g.rule_boundary[g.elem_rule[p]] ||
+        !reachable[g.elem_rule[p]]) {
+      continue;
+    }
     tmp.clear();
     pool.start(p, StackPool::kEmpty, tmp);
   }
@@ -929,6 +1318,7 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
   for (uint32_t n = 1; n < n_nodes && (all || ms_since(t0) < options.eager_ms); ++n) {
     if (!d.has_mask[n]) continue;
     auto cm = d.classifier->compute(n);
+    if (cm->uncertain_ids.size() > d.deep_threshold()) d.keep_classifier = true;
     d.masks_bytes_ += cm->memory_bytes();
     d.slots[n].store(cm.get(), std::memory_order_relaxed);
     d.owned.push_back(std::move(cm));
@@ -942,7 +1332,7 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
                               " bytes (CompileOptions::max_memory_bytes)");
     }
   }
-  if (d.n_computed_ == d.n_masked_) d.classifier.reset();
+  if (d.n_computed_ == d.n_masked_ && !d.keep_classifier) d.classifier.reset();
   d.compile_ms = ms_since(t0);
   return cg;
 }

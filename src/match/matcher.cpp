@@ -2,6 +2,7 @@
 // from the precomputed context tables plus run-time checks of the few uncertain tokens.
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
 
 #include "lacuna/matcher.h"
 #include "match/compiled_data.h"
@@ -13,7 +14,6 @@ using detail::Elem;
 using detail::StackPool;
 
 namespace detail {
-
 class MatcherState {
  public:
   explicit MatcherState(const CompiledData* data)
@@ -180,14 +180,16 @@ class MatcherState {
         check_all_tokens(s, words);
         continue;
       }
-      if (!cm->accepted_bits.empty()) {
-        const uint32_t* src = cm->accepted_bits.data();
-        for (size_t w = 0; w < nw; ++w) words[w] |= src[w];
-      } else {
-        for (Token t : cm->accepted_ids) bitmask_set(words, t);
+      if (cm->uncertain_ids.size() > d_->deep_threshold()) {
+        // Too many uncertain tokens to check one by one: the mask of the whole stack.
+        const detail::ContextMask* deep = deep_mask(s);
+        if (deep != nullptr) {
+          or_accepted(*deep, words);
+          continue;
+        }
       }
-      check_uncertain(s, cm->uncertain_ids.data(), static_cast<uint32_t>(cm->uncertain_ids.size()),
-                      words);
+      or_accepted(*cm, words);
+      if (!cm->uncertain_ids.empty()) uncertain_into(s, *cm, words);
     }
     if (allow_eog) {
       for (Token t : tokens.eog_tokens()) bitmask_set(words, t);
@@ -322,10 +324,52 @@ class MatcherState {
     if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
   }
 
-  // Checks a context's uncertain tokens (in trie order) against the real stack s. The
-  // parse frontier after each code point is kept per depth and reused by the next token
-  // as far as the two share a prefix.
-  void check_uncertain(uint32_t s, const Token* ids, uint32_t count, uint32_t* words) {
+  void or_accepted(const detail::ContextMask& cm, uint32_t* words) const {
+    if (!cm.accepted_bits.empty()) {
+      const uint32_t* src = cm.accepted_bits.data();
+      const size_t nw = cm.accepted_bits.size();
+      for (size_t w = 0; w < nw; ++w) words[w] |= src[w];
+    } else {
+      for (Token t : cm.accepted_ids) bitmask_set(words, t);
+    }
+  }
+
+  // The shared deep mask of stack s (null: not available), memoized per stack.
+  const detail::ContextMask* deep_mask(uint32_t s) {
+    auto it = deep_memo_.find(s);
+    if (it != deep_memo_.end()) return it->second;
+    deep_pos_.clear();
+    for (uint32_t c = s; c != StackPool::kEmpty; c = pool_.parent(c))
+      deep_pos_.push_back(pool_.pos(c));
+    const detail::ContextMask* m = d_->deep_mask(deep_pos_);
+    deep_memo_.emplace(s, m);
+    return m;
+  }
+
+  // Sets the bits of the uncertain tokens of stack s's context that s accepts. The answer
+  // depends on s alone (a hash-consed stack: the same id is the same stack for the life of
+  // this matcher), so it is memoized per stack: a string's characters, a number's digits,
+  // the items of an array come back to the same stack step after step.
+  void uncertain_into(uint32_t s, const detail::ContextMask& cm, uint32_t* words) {
+    auto it = memo_.find(s);
+    if (it == memo_.end()) {
+      if (memo_tokens_.size() > kMemoMaxTokens) {
+        memo_.clear();
+        memo_tokens_.clear();
+      }
+      const uint32_t off = static_cast<uint32_t>(memo_tokens_.size());
+      check_uncertain(s, cm.uncertain_ids.data(), static_cast<uint32_t>(cm.uncertain_ids.size()),
+                      memo_tokens_);
+      it = memo_.emplace(s, MemoRange{off, static_cast<uint32_t>(memo_tokens_.size() - off)}).first;
+    }
+    const Token* t = memo_tokens_.data() + it->second.off;
+    for (uint32_t k = 0; k < it->second.len; ++k) bitmask_set(words, t[k]);
+  }
+
+  // Appends to `found` the tokens of `ids` (a context's uncertain tokens, in trie order)
+  // that the real stack s accepts. The parse frontier after each code point is kept per
+  // depth and reused by the next token as far as the two share a prefix.
+  void check_uncertain(uint32_t s, const Token* ids, uint32_t count, std::vector<Token>& found) {
     const TokenIndex& tokens = *d_->tokens;
     const auto& g = d_->g;
     fb_.clear();
@@ -337,7 +381,6 @@ class MatcherState {
     size_t built_depth = 0;           // frontiers exist for depths 0..built_depth
     for (uint32_t k = 0; k < count; ++k) {
       const Token t = ids[k];
-      if (bitmask_test(words, t)) continue;
       size_t n;
       const uint32_t* cps = tokens.code_points(t, &n);
       size_t l = 0;
@@ -378,7 +421,7 @@ class MatcherState {
           ok = e.kind == detail::kChars && g.charsets[e.arg].match_partial(p);
         }
       }
-      if (ok) bitmask_set(words, t);
+      if (ok) found.push_back(t);
     }
   }
 
@@ -417,6 +460,16 @@ class MatcherState {
   std::vector<uint32_t> scratch_, a_, b_, cps_, fb_, depth_off_;
   std::vector<uint32_t> stamp_;
   uint32_t stamp_now_ = 0;
+  // Memo of uncertain-token results per stack (see uncertain_into); cleared when it holds
+  // more than kMemoMaxTokens tokens.
+  struct MemoRange {
+    uint32_t off, len;
+  };
+  static constexpr size_t kMemoMaxTokens = size_t{1} << 22;
+  std::unordered_map<uint32_t, MemoRange> memo_;
+  std::unordered_map<uint32_t, const detail::ContextMask*> deep_memo_;
+  std::vector<uint32_t> deep_pos_;
+  std::vector<Token> memo_tokens_;
 };
 
 }  // namespace detail

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "llama.h"
+#include "match/compiled_data.h"
 
 namespace lacuna {
 
@@ -144,6 +145,7 @@ std::shared_ptr<const TokenIndex> TokenIndex::from_pieces(std::vector<std::strin
 }
 
 void TokenIndex::finish() {
+  shared_masks_ = std::make_shared<detail::SharedMasks>();
   const size_t n = byte_off_.size() - 1;
   kinds_.assign(n, Kind::kText);
   for (Token t : eog_) kinds_[static_cast<size_t>(t)] = Kind::kEog;
