@@ -118,6 +118,10 @@ void walk(const VocabFixture& fx, const std::string& gbnf, size_t steps, uint64_
   // Half the walks use masks computed at compile time, half masks computed on first use.
   CompileOptions options;
   options.eager_ms = (seed & 1) != 0 ? 0.0 : -1.0;
+  // Per-rule contexts (where stacks whose context leaves many tokens uncertain get masks of
+  // the whole stack) and cold prefix masks on some walks.
+  options.inline_rules = (seed & 2) == 0;
+  options.share_masks = (seed & 4) == 0;
   auto cg = CompiledGrammar::compile(grammar, fx.index, options);
   GrammarMatcher m(cg);
   std::mt19937_64 rng(seed);
@@ -355,6 +359,44 @@ TEST_P(Oracle, RandomGrammarsMasksEqual) {
       "[oracle] %s random: %zu grammars (%zu skipped as left-recursive), %zu steps compared\n",
       GetParam().c_str(), count, stats.skipped, stats.steps);
   EXPECT_GT(stats.steps, 0u);
+}
+
+// Every way of computing masks gives the same masks along a long JSON walk: chains of
+// inlined rules or per-rule contexts, masks at compile time or on first use, rule-prefix
+// masks shared across grammars or cold. The first compile warms the shared prefix masks
+// that the later ones reuse.
+TEST_P(Oracle, ContextModesGiveEqualMasks) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::filesystem::path root = std::filesystem::path(__FILE__).parent_path().parent_path();
+  const std::string gbnf =
+      read_file(std::filesystem::path(LACUNA_LLAMA_SRC_DIR) / "grammars" / "json.gbnf");
+  const std::string text = read_file(root / "bench" / "data" / "sample.json");
+  std::vector<Token> toks = greedy_tokens(*fx.index, text);
+  toks.resize(std::min<size_t>(toks.size(), 80));
+  std::vector<std::vector<uint32_t>> reference;
+  for (int mode = 0; mode < 8; ++mode) {
+    SCOPED_TRACE("mode " + std::to_string(mode));
+    CompileOptions o;
+    o.inline_rules = (mode & 1) == 0;
+    o.share_masks = (mode & 2) == 0;
+    o.eager_ms = (mode & 4) != 0 ? -1.0 : 0.0;
+    GrammarMatcher m(CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, o));
+    std::vector<uint32_t> words(bitmask_words(fx.index->n_vocab()));
+    for (size_t i = 0; i < toks.size(); ++i) {
+      m.fill_next_token_bitmask(words.data());
+      if (mode == 0) {
+        reference.push_back(words);
+      } else {
+        ASSERT_EQ(words, reference[i]) << "step " << i;
+      }
+      if (!bitmask_test(words.data(), toks[i])) {
+        ASSERT_GT(i, 8u) << "the sample text leaves the grammar early";
+        break;
+      }
+      ASSERT_TRUE(m.accept_token(toks[i])) << "step " << i;
+    }
+  }
 }
 
 // Bounded repetitions of broad classes (what JSON Schema's maxLength and whitespace bounds
