@@ -57,6 +57,7 @@ struct Config {
   bool keep_order = false;
   double timeout_ms = 10000;
   double eager_ms = lacuna::CompileOptions{}.eager_ms;
+  bool share_masks = true;
   bool byte_level = false;
   bool cpu_clock = false;  // time masks in thread CPU time (steadier on a loaded machine)
 };
@@ -128,6 +129,7 @@ FileResult run_file_walks(const std::filesystem::path& path, const Config& cfg,
     lacuna::CompileOptions co;
     co.max_compile_ms = cfg.timeout_ms;
     co.eager_ms = cfg.eager_ms;
+    co.share_masks = cfg.share_masks;
     compiled = lacuna::CompiledGrammar::compile(g, cfg.byte_level ? nullptr : index, co);
   } catch (const lacuna::SchemaError& e) {
     r.status = "unsupported";
@@ -242,6 +244,7 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
   size_t limit = 0;
   std::string filter;
   Config cfg;
+  bool no_shared = false;
   CLI::App app{"JSON Schema coverage and speed over a directory of MaskBench-format files.",
                "lacuna bench schemas"};
   app.add_option("dir", dir, "directory of *.json test files (jsonschemabench)")->required();
@@ -256,6 +259,9 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
   app.add_option("--eager-ms", cfg.eager_ms,
                  "compile-time budget for context masks, the rest on first use "
                  "(CompileOptions::eager_ms; -1 all at compile, 0 all on first use)");
+  app.add_flag("--no-shared-masks", no_shared,
+               "compile every schema cold: no rule-prefix masks reused across schemas "
+               "(CompileOptions::share_masks)");
   app.add_flag("--strict", strict, "strict mode: unsupported keywords are errors");
   app.add_flag("--compact", compact, "compact whitespace mode (default: flexible)");
   app.add_flag("--keep-order", cfg.keep_order,
@@ -266,6 +272,7 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
                "comparisons on a shared machine)");
   if (const int rc = lacuna::cli::parse_args(app, argc, argv); rc >= 0) return rc;
   cfg.schema.strict = strict;
+  cfg.share_masks = !no_shared;
   if (compact) cfg.schema.whitespace = lacuna::SchemaOptions::Whitespace::Compact;
   if (vocab_path.empty())
     vocab_path = std::string(LACUNA_LLAMA_SRC_DIR) + "/models/ggml-vocab-llama-bpe.gguf";
@@ -398,6 +405,8 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
         {"instance_key_order", cfg.keep_order ? "file" : "schema"},
         {"walk", cfg.byte_level ? "bytes" : "tokens"},
         {"vocab", cfg.byte_level ? "" : vocab_path},
+        {"shared_masks", cfg.share_masks},
+        {"eager_ms", cfg.eager_ms},
         {"jobs", jobs},
         {"mask_clock", cfg.cpu_clock ? "thread_cpu" : "wall"}}},
       {"wall_s", total_s}};
