@@ -26,7 +26,8 @@ struct GrammarLimitError : std::runtime_error {
 struct CompileOptions {
   size_t max_positions = 1u << 20;     // grammar elements after flattening
   size_t max_contexts = 200000;        // grammar contexts
-  size_t max_walk_states = 100000;     // distinct parse-state sets during precomputation
+  size_t max_walk_states = 100000;     // parse-state sets during precomputation, and stacks in one
+                                       // (64x that in all sets)
   double max_compile_ms = 30000;       // wall time for compile()
   size_t max_memory_bytes = 1u << 30;  // precomputed tables
   size_t max_stacks = 20000;           // parse stacks alive at once in a matcher

@@ -308,7 +308,7 @@ class WalkStates {
     if (members.size() > max_members_ || data_.size() + members.size() > 64 * max_members_) {
       throw GrammarLimitError(
           "grammar too ambiguous: more than " + std::to_string(max_members_) +
-          " parse stacks in one state while precomputing masks (CompileOptions::max_stacks)");
+          " parse stacks in one state while precomputing masks (CompileOptions::max_walk_states)");
     }
     if (id > max_states_) {
       throw GrammarLimitError(
@@ -889,7 +889,7 @@ class ContextClassifier {
   explicit ContextClassifier(const CompiledData& d)
       : d_(d),
         walk_pool_(&d.g, nullptr, false),
-        states_(walk_pool_, d.g, d.options.max_walk_states, d.options.max_stacks),
+        states_(walk_pool_, d.g, d.options.max_walk_states, d.options.max_walk_states),
         cl_{*d.tokens, d.g, walk_pool_, states_,  d.no_text, {},      {}, {}, {},
             {},        0,   false,      SIZE_MAX, false,     nullptr, {}, {}},
         after_end_(d.g.rule_alt_begin.size() - 1, kUnset) {
