@@ -774,6 +774,10 @@ struct Classifier {
     const auto& tt = tokens.trie_tokens();
     const uint32_t end = trie[j].end;
     const uint32_t te = end < trie.size() ? trie[end].tok_begin : static_cast<uint32_t>(tt.size());
+    if (uncertain.size() + (te - trie[j].tok_end) > uncertain_cap) {
+      uncertain.resize(uncertain_cap + 1);  // over the cap: the walk stops, nothing is kept
+      return;
+    }
     for (uint32_t k = trie[j].tok_end; k < te; ++k) {
       if (no_text.empty() || !no_text[static_cast<size_t>(tt[k].id)]) uncertain.push_back(tt[k].id);
     }
@@ -916,13 +920,20 @@ class ContextClassifier {
     // Many chains share their top frames (a string's characters inside every property that
     // holds a string): the tokens decided by the top frames alone are classified once per
     // such prefix, and only the few that leave it are followed through the whole chain.
+    // A grammar whose prefixes keep being left by too many tokens (C's whitespace before
+    // any word) stops trying them: each failed try is a partial walk.
+    const bool worth = prefix_failed_ < 16 || prefix_failed_ < 4 * prefix_used_;
     int tries = 0;
-    for (size_t len = 1; len < chain_pos_.size() && tries < kMaxPrefixTries; ++len) {
+    for (size_t len = 1; worth && len < chain_pos_.size() && tries < kMaxPrefixTries; ++len) {
       if (d_.g.rule_generated[d_.g.elem_rule[chain_pos_[len - 1]]]) continue;
       ++tries;
       const ContextMask* base = prefix_mask(len);
-      if (base != nullptr) return compose(*base, after);
+      if (base != nullptr) {
+        ++prefix_used_;
+        return compose(*base, after);
+      }
     }
+    if (tries > 0) ++prefix_failed_;
     return classify(chain_pos_, after);
   }
 
@@ -957,6 +968,7 @@ class ContextClassifier {
   }
 
   static constexpr int kMaxPrefixTries = 3;
+  size_t prefix_used_ = 0, prefix_failed_ = 0;  // contexts composed from a prefix, or not
 
   // The mask of the top `len` positions of chain_pos_ alone, where leaving them makes a
   // longer token uncertain; null when too many tokens leave them. Memoized per prefix, and
