@@ -131,14 +131,23 @@ TEST(DecodeOptions, DraftPolicyFromEnvironment) {
   EXPECT_EQ(decode_options_from_env().draft_policy, DraftPolicy::adaptive);
 }
 
-TEST(MeasureDecodeCost, MeasuresAndLeavesTheCacheAsItWas) {
-  ModelHandle model = testing::load_model("tiny-llama3");
+// tiny-llama3 with a short prompt (returned in `prompt`) decoded into sequence 0 (n_ctx 128,
+// n_batch 32).
+void prefilled_context(ModelHandle& model, ContextHandle& ctx, std::vector<Token>& prompt) {
+  model = testing::load_model("tiny-llama3");
   ASSERT_NE(model, nullptr);
-  ContextHandle ctx = testing::make_context(model.get(), 128, 32);
+  ctx = testing::make_context(model.get(), 128, 32);
   ASSERT_NE(ctx, nullptr);
-  auto prompt = testing::tokenize(llama_model_get_vocab(model.get()), "Hello there", true);
+  prompt = testing::tokenize(llama_model_get_vocab(model.get()), "Hello there", true);
   llama_batch b = llama_batch_get_one(prompt.data(), static_cast<int32_t>(prompt.size()));
   ASSERT_EQ(llama_decode(ctx.get(), b), 0);
+}
+
+TEST(MeasureDecodeCost, MeasuresAndLeavesTheCacheAsItWas) {
+  ModelHandle model;
+  ContextHandle ctx;
+  std::vector<Token> prompt;
+  ASSERT_NO_FATAL_FAILURE(prefilled_context(model, ctx, prompt));
   llama_memory_t mem = llama_get_memory(ctx.get());
   const llama_pos before = llama_memory_seq_pos_max(mem, 0);
   const std::vector<size_t> sizes = {1, 2, 4};
@@ -164,13 +173,10 @@ TEST(MeasureDecodeCost, MeasuresAndLeavesTheCacheAsItWas) {
 
 TEST(CachedDecodeCost, MeasuresOncePerModelAndThreadsAndLeavesTheCache) {
   clear_decode_cost_cache();
-  ModelHandle model = testing::load_model("tiny-llama3");
-  ASSERT_NE(model, nullptr);
-  ContextHandle ctx = testing::make_context(model.get(), 128, 32);
-  ASSERT_NE(ctx, nullptr);
-  auto prompt = testing::tokenize(llama_model_get_vocab(model.get()), "Hello there", true);
-  llama_batch b = llama_batch_get_one(prompt.data(), static_cast<int32_t>(prompt.size()));
-  ASSERT_EQ(llama_decode(ctx.get(), b), 0);
+  ModelHandle model;
+  ContextHandle ctx;
+  std::vector<Token> prompt;
+  ASSERT_NO_FATAL_FAILURE(prefilled_context(model, ctx, prompt));
   llama_memory_t mem = llama_get_memory(ctx.get());
   const llama_pos before = llama_memory_seq_pos_max(mem, 0);
   const DecodeCost c = cached_decode_cost(ctx.get(), 0, 2);
