@@ -24,6 +24,14 @@ struct Elem {
   uint32_t arg;  // kChars: charset index; kRef: rule; kTok/kTokNot: token id (or -1: unresolved)
 };
 
+// FNV-1a over a run of ids (grammar positions, stack nodes): the hash of interned sets and
+// of the position lists that key memoized masks.
+inline uint64_t hash_ids(const uint32_t* ids, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ ids[i]) * 1099511628211ull;
+  return h;
+}
+
 // A set of code points with llama.cpp's matching semantics (including partial sequences).
 struct CharSet {
   bool any = false;

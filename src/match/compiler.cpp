@@ -292,8 +292,7 @@ class WalkStates {
     std::sort(members.begin(), members.end());
     members.erase(std::unique(members.begin(), members.end()), members.end());
     if (members.empty()) return 0;
-    uint64_t h = 1469598103934665603ull;
-    for (uint32_t m : members) h = (h ^ m) * 1099511628211ull;
+    const uint64_t h = detail::hash_ids(members.data(), members.size());
     auto range = index_.equal_range(h);
     for (auto it = range.first; it != range.second; ++it) {
       const auto& s = sets_[it->second];
@@ -975,8 +974,7 @@ class ContextClassifier {
   // across grammars by the rules the prefix reaches (CompileOptions::share_masks).
   const ContextMask* prefix_mask(size_t len) {
     std::vector<uint32_t> key(chain_pos_.begin(), chain_pos_.begin() + static_cast<long>(len));
-    uint64_t h = 1469598103934665603ull;
-    for (uint32_t p : key) h = (h ^ p) * 1099511628211ull;
+    const uint64_t h = detail::hash_ids(key.data(), key.size());
     auto range = prefixes_.equal_range(h);
     for (auto it = range.first; it != range.second; ++it) {
       if (it->second.positions == key) return it->second.mask.get();
@@ -1177,8 +1175,7 @@ const ContextMask* CompiledData::compute_mask(uint32_t ctx) const {
 }
 
 const ContextMask* CompiledData::deep_mask(const std::vector<uint32_t>& positions) const {
-  uint64_t h = 1469598103934665603ull;
-  for (uint32_t p : positions) h = (h ^ p) * 1099511628211ull;
+  const uint64_t h = hash_ids(positions.data(), positions.size());
   std::lock_guard<std::mutex> lock(lazy_mu);
   auto range = deep.equal_range(h);
   for (auto it = range.first; it != range.second; ++it) {
