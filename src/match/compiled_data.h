@@ -129,6 +129,34 @@ struct ContextMask {
   }
 };
 
+// Masks keyed by a list of grammar positions (a whole stack, or a chain's top positions;
+// top first). An entry's mask may be null: remembered as not computable or not of use.
+class MasksByPositions {
+ public:
+  // Whether `positions` has an entry; its mask in *mask.
+  bool find(const std::vector<uint32_t>& positions, const ContextMask** mask) const {
+    auto range = map_.equal_range(hash_ids(positions.data(), positions.size()));
+    for (auto it = range.first; it != range.second; ++it) {
+      if (it->second.positions == positions) {
+        *mask = it->second.mask.get();
+        return true;
+      }
+    }
+    return false;
+  }
+  void add(std::vector<uint32_t> positions, std::shared_ptr<const ContextMask> mask) {
+    const uint64_t h = hash_ids(positions.data(), positions.size());
+    map_.emplace(h, Entry{std::move(positions), std::move(mask)});
+  }
+
+ private:
+  struct Entry {
+    std::vector<uint32_t> positions;
+    std::shared_ptr<const ContextMask> mask;
+  };
+  std::unordered_multimap<uint64_t, Entry> map_;
+};
+
 // Token classes of rule prefixes, shared across the grammars compiled against one
 // TokenIndex: key = the exact rules a prefix can reach (see prefix_key in compiler.cpp),
 // value = its mask, or null when too many tokens leave the prefix for it to be of use.
@@ -164,7 +192,7 @@ struct CompiledData {
   // Computes and publishes the mask of ctx (caller holds no lock). Returns it.
   const ContextMask* compute_mask(uint32_t ctx) const;
   // The exact mask of one whole stack (its positions from the top down), for stacks whose
-  // context leaves too many tokens uncertain (see kDeepUncertain): one walk of the
+  // context leaves too many tokens uncertain (deep_threshold()): one walk of the
   // vocabulary trie with nothing below the stack, shared by every matcher of this grammar.
   // Null when computing it hit a limit (the caller then checks the uncertain tokens).
   const ContextMask* deep_mask(const std::vector<uint32_t>& positions) const;
@@ -183,11 +211,7 @@ struct CompiledData {
   mutable std::vector<std::unique_ptr<ContextMask>> owned;  // guarded by lazy_mu
   mutable std::vector<uint8_t> failed;                      // guarded by lazy_mu
   mutable bool keep_classifier = false;                     // guarded by lazy_mu: deep masks
-  struct DeepEntry {
-    std::vector<uint32_t> positions;
-    std::unique_ptr<ContextMask> mask;
-  };
-  mutable std::unordered_multimap<uint64_t, DeepEntry> deep;  // guarded by lazy_mu
+  mutable MasksByPositions deep;                            // guarded by lazy_mu
   mutable std::atomic<size_t> n_computed_{0};
   mutable std::atomic<size_t> masks_bytes_{0};
 };

@@ -974,11 +974,8 @@ class ContextClassifier {
   // across grammars by the rules the prefix reaches (CompileOptions::share_masks).
   const ContextMask* prefix_mask(size_t len) {
     std::vector<uint32_t> key(chain_pos_.begin(), chain_pos_.begin() + static_cast<long>(len));
-    const uint64_t h = detail::hash_ids(key.data(), key.size());
-    auto range = prefixes_.equal_range(h);
-    for (auto it = range.first; it != range.second; ++it) {
-      if (it->second.positions == key) return it->second.mask.get();
-    }
+    const ContextMask* known;
+    if (prefixes_.find(key, &known)) return known;
     SharedMasks& shared = d_.tokens->shared_masks();
     std::string skey;
     if (d_.options.share_masks) {
@@ -987,28 +984,31 @@ class ContextClassifier {
       auto it = shared.masks.find(skey);
       if (it != shared.masks.end()) {
         const ContextMask* m = it->second.get();
-        prefixes_.emplace(h, PrefixEntry{std::move(key), it->second});
+        prefixes_.add(std::move(key), it->second);
         return m;
       }
     }
-    cl_.exit_any = true;
-    cl_.uncertain_cap = d_.tokens->n_vocab() / 32;
-    cl_.over_cap = false;
-    std::unique_ptr<ContextMask> cm;
-    try {
-      cm = classify(key, 0);
-    } catch (...) {
-      cl_.exit_any = false;
-      cl_.uncertain_cap = SIZE_MAX;
-      cl_.over_cap = false;
-      throw;
+    // The walk's prefix mode, undone on every way out (exceptions included).
+    struct PrefixMode {
+      Classifier& c;
+      PrefixMode(Classifier& cl, size_t cap) : c(cl) {
+        c.exit_any = true;
+        c.uncertain_cap = cap;
+        c.over_cap = false;
+      }
+      ~PrefixMode() {
+        c.exit_any = false;
+        c.uncertain_cap = SIZE_MAX;
+        c.over_cap = false;
+      }
+    };
+    std::shared_ptr<const ContextMask> sm;
+    {
+      PrefixMode mode(cl_, d_.tokens->n_vocab() / 32);
+      std::unique_ptr<ContextMask> cm = classify(key, 0);
+      // Too many tokens leave the prefix for it to be worth it: remembered as unusable.
+      if (!cl_.over_cap) sm = std::move(cm);
     }
-    cl_.exit_any = false;
-    cl_.uncertain_cap = SIZE_MAX;
-    // Too many tokens leave the prefix for it to be worth it: remembered as unusable.
-    if (cl_.over_cap) cm.reset();
-    cl_.over_cap = false;
-    std::shared_ptr<const ContextMask> sm(std::move(cm));
     if (d_.options.share_masks) {
       std::lock_guard<std::mutex> lock(shared.mu);
       const size_t bytes = skey.size() + (sm ? sm->memory_bytes() : 0);
@@ -1017,7 +1017,7 @@ class ContextClassifier {
       }
     }
     const ContextMask* m = sm.get();
-    prefixes_.emplace(h, PrefixEntry{std::move(key), std::move(sm)});
+    prefixes_.add(std::move(key), std::move(sm));
     return m;
   }
 
@@ -1140,11 +1140,7 @@ class ContextClassifier {
   std::vector<uint32_t> after_end_;
   CharSet leave_follow_;
   std::vector<std::vector<uint32_t>> callers_;
-  struct PrefixEntry {
-    std::vector<uint32_t> positions;
-    std::shared_ptr<const ContextMask> mask;
-  };
-  std::unordered_multimap<uint64_t, PrefixEntry> prefixes_;
+  MasksByPositions prefixes_;
 };
 
 CompiledData::CompiledData() = default;
@@ -1175,12 +1171,9 @@ const ContextMask* CompiledData::compute_mask(uint32_t ctx) const {
 }
 
 const ContextMask* CompiledData::deep_mask(const std::vector<uint32_t>& positions) const {
-  const uint64_t h = hash_ids(positions.data(), positions.size());
   std::lock_guard<std::mutex> lock(lazy_mu);
-  auto range = deep.equal_range(h);
-  for (auto it = range.first; it != range.second; ++it) {
-    if (it->second.positions == positions) return it->second.mask.get();
-  }
+  const ContextMask* known;
+  if (deep.find(positions, &known)) return known;
   if (!classifier) return nullptr;
   std::unique_ptr<ContextMask> cm;
   try {
@@ -1191,7 +1184,7 @@ const ContextMask* CompiledData::deep_mask(const std::vector<uint32_t>& position
   }
   const ContextMask* m = cm.get();
   if (cm) masks_bytes_ += cm->memory_bytes() + positions.size() * 4;
-  deep.emplace(h, DeepEntry{positions, std::move(cm)});
+  deep.add(positions, std::move(cm));
   return m;
 }
 
