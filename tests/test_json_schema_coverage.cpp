@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -332,6 +333,44 @@ TEST(JsonSchemaLengthAndPattern, LoopingTailIsOneRepetition) {
   expect_language(s, {q("--a"), q("a  "), q(std::string(63, '-') + "b")},
                   {q("---"), q("ab"), q(std::string(64, '-') + "b")});
   EXPECT_TRUE(s.warnings().empty());
+}
+
+TEST(JsonSchemaShapes, ExtraKeyTrieSharesEqualSubtries) {
+  // Extra keys are every key but the named ones. Every key over {a,b,c} up to 4 letters
+  // (and escaped characters) takes the named schema (string) or the extra one (integer), never both;
+  // the trie of the named keys is written as its minimal DAG ("ab"/"cb", "abc"/"bbc" share
+  // their ends), with the inner object's trie reusing the outer one's rules.
+  Lang l(R"({"type":"object","properties":{"ab":{"type":"string"},"cb":{"type":"string"},
+             "abc":{"type":"string"},"bbc":{"type":"string"},"o":{"type":"object",
+             "properties":{"bc":{"type":"string"}},"additionalProperties":{"type":"integer"}}},
+             "additionalProperties":{"type":"integer"}})");
+  const std::set<std::string> named = {"ab", "cb", "abc", "bbc", "o"};
+  std::vector<std::string> keys = {"", R"(a\")", R"(\n)", "o"};
+  for (size_t len = 1; len <= 4; ++len) {
+    size_t total = 1;
+    for (size_t i = 0; i < len; ++i) total *= 3;
+    for (size_t n = 0; n < total; ++n) {
+      std::string k;
+      for (size_t i = 0, x = n; i < len; ++i, x /= 3) k += static_cast<char>('a' + x % 3);
+      keys.push_back(k);
+    }
+  }
+  for (const std::string& k : keys) {
+    bool is_named = named.count(k) != 0;
+    std::string as_string = "{\"" + k + "\":\"s\"}", as_int = "{\"" + k + "\":1}";
+    if (k == "o") {
+      EXPECT_TRUE(l.accepts(R"({"o":{"bc":"s","bcd":1,"ab":2}})")) << l.gbnf();
+      EXPECT_FALSE(l.accepts(R"({"o":{"bc":1}})"));
+      EXPECT_FALSE(l.accepts(R"({"o":{"ab":"s"}})"));
+      continue;
+    }
+    EXPECT_EQ(l.accepts(as_string), is_named) << k << "\n" << l.gbnf();
+    EXPECT_EQ(l.accepts(as_int), !is_named) << k << "\n" << l.gbnf();
+  }
+  // Trie nodes: root, a, ab, abc, b, bb, bbc, c, cb, o = 10 for the outer keys; ends shared.
+  size_t rules = 0;
+  for (size_t at = 0; (at = l.gbnf().find("\nkey-other", at)) != std::string::npos; ++at) ++rules;
+  EXPECT_LT(rules, 10u) << l.gbnf();
 }
 
 }  // namespace

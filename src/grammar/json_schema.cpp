@@ -1934,9 +1934,12 @@ class Converter {
       return str;  // too large: any key (documented approximation)
     }
     std::string tail = rules_.add("key-tail", json_char() + "* \"\\\"\"");
+    // Children are created after their parents, so walking the nodes backwards defines
+    // every child first; add() shares identical bodies, which merges equal subtries (the
+    // trie becomes its minimal DAG, also across the objects of one schema): fewer rules,
+    // fewer distinct matcher contexts, same language.
     std::vector<std::string> names(trie.size());
-    for (size_t i = 0; i < trie.size(); ++i) names[i] = rules_.reserve("key-other");
-    for (size_t i = 0; i < trie.size(); ++i) {
+    for (size_t i = trie.size(); i-- > 0;) {
       const TrieNode& n = trie[i];
       std::vector<std::string> alts;
       if (!n.terminal) alts.push_back("\"\\\"\"");
@@ -1954,7 +1957,7 @@ class Converter {
       std::string oc =
           regex_detail::char_expression(other, rules_, regex_detail::Encoding::JsonString);
       if (!oc.empty()) alts.push_back((is_name(oc) ? oc : "(" + oc + ")") + " " + tail);
-      rules_.define(names[i], join_alts(alts));
+      names[i] = rules_.add("key-other", join_alts(alts));
     }
     std::string name = rules_.add("key-other", "\"\\\"\" " + names[0]);
     not_in_rules_.emplace(sig, name);
