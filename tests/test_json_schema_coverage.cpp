@@ -337,8 +337,8 @@ TEST(JsonSchemaLengthAndPattern, LoopingTailIsOneRepetition) {
 
 TEST(JsonSchemaShapes, ExtraKeyTrieSharesEqualSubtries) {
   // Extra keys are every key but the named ones. Every key over {a,b,c} up to 4 letters
-  // (and escaped characters) takes the named schema (string) or the extra one (integer), never both;
-  // the trie of the named keys is written as its minimal DAG ("ab"/"cb", "abc"/"bbc" share
+  // (and escaped characters) takes the named schema (string) or the extra one (integer), never
+  // both; the trie of the named keys is written as its minimal DAG ("ab"/"cb", "abc"/"bbc" share
   // their ends), with the inner object's trie reusing the outer one's rules.
   Lang l(R"({"type":"object","properties":{"ab":{"type":"string"},"cb":{"type":"string"},
              "abc":{"type":"string"},"bbc":{"type":"string"},"o":{"type":"object",
@@ -371,6 +371,40 @@ TEST(JsonSchemaShapes, ExtraKeyTrieSharesEqualSubtries) {
   size_t rules = 0;
   for (size_t at = 0; (at = l.gbnf().find("\nkey-other", at)) != std::string::npos; ++at) ++rules;
   EXPECT_LT(rules, 10u) << l.gbnf();
+}
+
+TEST(JsonSchemaShapes, KeyClassSelfLoopsAreRepetitions) {
+  // patternProperties "\w+" (search: the key holds a word character) takes integers, other
+  // keys strings. A key class state that loops on itself is written `c* ...` instead of
+  // `s ::= c s | ...`; every key over {a, -, _, " "} up to 4 characters lands in its class.
+  Lang l(R"({"type":"object","patternProperties":{"\\w+":{"type":"integer"}},
+             "additionalProperties":{"type":"string"}})");
+  const std::string alphabet = "a-_ ";
+  size_t n_word = 0;
+  for (size_t len = 0; len <= 4; ++len) {
+    size_t total = 1;
+    for (size_t i = 0; i < len; ++i) total *= alphabet.size();
+    for (size_t n = 0; n < total; ++n) {
+      std::string k;
+      for (size_t i = 0, x = n; i < len; ++i, x /= alphabet.size())
+        k += alphabet[x % alphabet.size()];
+      bool word = k.find_first_of("a_") != std::string::npos;
+      n_word += word;
+      EXPECT_EQ(l.accepts("{\"" + k + "\":1}"), word) << k << "\n" << l.gbnf();
+      EXPECT_EQ(l.accepts("{\"" + k + "\":\"s\"}"), !word) << k << "\n" << l.gbnf();
+    }
+  }
+  EXPECT_GT(n_word, 100u);
+  expect_language(l, {R"({"-\n-":"s","\"x":2})"}, {R"({"-\n-":1})", R"({"\"x":"s"})"});
+  // No key-class rule refers to itself.
+  const std::string& g = l.gbnf();
+  for (size_t at = 0; (at = g.find("key-class", at)) != std::string::npos; ++at) {
+    if (at > 0 && g[at - 1] != '\n') continue;
+    size_t sp = g.find(' ', at), eol = g.find('\n', at);
+    std::string name = g.substr(at, sp - at), body = g.substr(sp, eol - sp);
+    EXPECT_EQ(body.find(" " + name + " "), std::string::npos) << g;
+    EXPECT_NE(body.substr(body.size() - name.size() - 1), " " + name) << g;
+  }
 }
 
 }  // namespace
