@@ -60,6 +60,7 @@ struct Config {
   bool share_masks = true;
   bool byte_level = false;
   bool cpu_clock = false;  // time masks in thread CPU time (steadier on a loaded machine)
+  double trace_us = 0;     // print masks slower than this (0: none)
 };
 
 // Microseconds on the thread's CPU clock.
@@ -69,11 +70,28 @@ double thread_cpu_us() {
   return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
 }
 
+// The per-file limit on walking the instances, on the clock the masks are timed with (a
+// loaded machine does not turn slow files into timeouts under --cpu-clock), checked before
+// every mask so one slow instance cannot run far past it.
+struct Deadline {
+  bool cpu = false;
+  double limit_ms = 0;
+  double start_us = 0;
+  Clock::time_point start;
+  Deadline(bool cpu_clock, double ms) : cpu(cpu_clock), limit_ms(ms) {
+    start_us = cpu ? thread_cpu_us() : 0;
+    start = Clock::now();
+  }
+  bool passed() const {
+    return cpu ? (thread_cpu_us() - start_us) / 1000.0 > limit_ms : ms_since(start) > limit_ms;
+  }
+};
+
 // Walks one serialized instance. Returns 1 accepted to completion, 0 refused or incomplete,
-// -1 mask/accept disagreement.
+// -1 mask/accept disagreement, -2 past the deadline.
 int walk(const std::shared_ptr<const lacuna::CompiledGrammar>& compiled, const lacuna::Vocab* vocab,
          const std::string& text, std::vector<uint32_t>& words, WorkerStats& ws, size_t& tokens,
-         bool byte_level, bool cpu_clock) {
+         bool byte_level, bool cpu_clock, double trace_us, const Deadline& deadline) {
   lacuna::GrammarMatcher m(compiled);
   if (byte_level || vocab == nullptr) {
     if (!m.accept_string(text)) return 0;
@@ -81,6 +99,7 @@ int walk(const std::shared_ptr<const lacuna::CompiledGrammar>& compiled, const l
   }
   std::vector<lacuna::Token> toks = lacuna::tokenize(*vocab, text, false, false);
   for (lacuna::Token t : toks) {
+    if (deadline.passed()) return -2;
     auto t0 = Clock::now();
     double c0 = cpu_clock ? thread_cpu_us() : 0;
     m.fill_next_token_bitmask(words.data());
@@ -88,6 +107,18 @@ int walk(const std::shared_ptr<const lacuna::CompiledGrammar>& compiled, const l
         cpu_clock ? thread_cpu_us() - c0
                   : std::chrono::duration<double, std::micro>(Clock::now() - t0).count()));
     ++tokens;
+    if (trace_us > 0 && ws.mask_us.back() >= trace_us) {
+      // The text walked so far and the token whose mask was slow (to find the grammar
+      // context that costs the matcher).
+      std::string done;
+      for (lacuna::Token u : toks) {
+        if (u == t) break;
+        done += lacuna::token_to_piece(*vocab, u);
+      }
+      std::fprintf(stderr, "slow mask %.0f us before %s|%s\n", ws.mask_us.back(),
+                   done.size() > 160 ? done.substr(done.size() - 160).c_str() : done.c_str(),
+                   lacuna::token_to_piece(*vocab, t).c_str());
+    }
     bool allowed = lacuna::bitmask_test(words.data(), t);
     bool accepted = allowed && m.accept_token(t);
     if (allowed != accepted) return -1;
@@ -155,7 +186,7 @@ FileResult run_file_walks(const std::filesystem::path& path, const Config& cfg,
   ws.compile_ms.push_back(r.compile_ms);
   std::vector<uint32_t> words(lacuna::bitmask_words(compiled->n_vocab() ? compiled->n_vocab() : 1));
   bool flexible = cfg.schema.whitespace == lacuna::SchemaOptions::Whitespace::Flexible;
-  auto t_tests = Clock::now();
+  const Deadline deadline(cfg.cpu_clock, cfg.timeout_ms);
   bool ok = true;
   for (const ojson& t : doc["tests"]) {
     bool valid = t.value("valid", false);
@@ -176,10 +207,16 @@ FileResult run_file_walks(const std::filesystem::path& path, const Config& cfg,
     for (const std::string& text : texts) {
       int res;
       try {
-        res = walk(compiled, vocab, text, words, ws, r.tokens, cfg.byte_level, cfg.cpu_clock);
+        res = walk(compiled, vocab, text, words, ws, r.tokens, cfg.byte_level, cfg.cpu_clock,
+                   cfg.trace_us, deadline);
       } catch (const std::exception& e) {
         r.status = "error";
         r.message = std::string("matcher: ") + e.what();
+        return r;
+      }
+      if (res == -2 || deadline.passed()) {
+        r.status = "timeout";
+        r.message = "instances took longer than the timeout";
         return r;
       }
       if (res < 0) {
@@ -194,11 +231,6 @@ FileResult run_file_walks(const std::filesystem::path& path, const Config& cfg,
               std::string(valid ? "valid instance refused: " : "invalid instance accepted: ") +
               text.substr(0, 300);
         }
-      }
-      if (ms_since(t_tests) > cfg.timeout_ms) {
-        r.status = "timeout";
-        r.message = "instances took longer than the timeout";
-        return r;
       }
     }
   }
@@ -268,7 +300,9 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
   app.add_option("--out", out_path, "per-file results, one JSON object a line");
   app.add_option("--limit", limit, "stop after this many files with tests");
   app.add_option("--filter", filter, "only files whose name contains this");
-  app.add_option("--timeout-ms", cfg.timeout_ms, "per-file time limit (default 10000)");
+  app.add_option("--timeout-ms", cfg.timeout_ms,
+                 "per-file limit on compiling, and on walking the instances (on the thread CPU "
+                 "clock with --cpu-clock; default 10000)");
   app.add_option("--eager-ms", cfg.eager_ms,
                  "compile-time budget for context masks, the rest on first use "
                  "(CompileOptions::eager_ms; -1 all at compile, 0 all on first use)");
@@ -283,6 +317,8 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
   app.add_flag("--cpu-clock", cfg.cpu_clock,
                "time compiles and masks on the thread's CPU clock instead of the wall clock "
                "(for A/B comparisons on a shared machine)");
+  app.add_option("--trace-slow-us", cfg.trace_us,
+                 "print each mask slower than this (µs) to stderr with the text before it");
   if (const int rc = lacuna::cli::parse_args(app, argc, argv); rc >= 0) return rc;
   cfg.schema.strict = strict;
   cfg.share_masks = !no_shared;
