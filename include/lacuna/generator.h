@@ -30,11 +30,19 @@ struct DecodeCost {
   // relative_last[n-1]: the same batch with logits for its last token only (what a pass
   // that batch-fills pending tokens costs). Empty: taken as `relative`.
   std::vector<double> relative_last;
+  // One token without logits (no output projection) over one token with logits; 0 when
+  // unknown. Where `one_no_logits + 1` is below a batch of two, a pending forced token is
+  // cheaper decoded alone than batch-filled (split_pending()).
+  double one_no_logits = 0.0;
 
   // A default for CPU decoding (measured on bench-0.5b, 2 threads).
   static DecodeCost cpu_default();
   // From measured times ms[i] of batches of sizes[i] tokens (sizes increasing, starting at
-  // 1), interpolated linearly in between. Throws std::invalid_argument for bad input.
+  // 1), interpolated linearly in between. The sizes >= 2 are made non-decreasing by
+  // averaging out-of-order neighbours (isotonic regression), and every further token costs
+  // at least half the table's average slope from 2 to its end, so that one noisy
+  // measurement makes neither a step nor a free plateau. Throws std::invalid_argument for
+  // bad input.
   static DecodeCost from_ms(std::span<const size_t> sizes, std::span<const double> ms);
   // The same with the times of batches with logits for the last token only.
   static DecodeCost from_ms(std::span<const size_t> sizes, std::span<const double> ms,
@@ -45,11 +53,20 @@ struct DecodeCost {
   // Relative cost of one pass of n_pending tokens (logits for the last) and n_draft draft
   // tokens (logits for each).
   double of_pass(size_t n_pending, size_t n_draft) const;
+  // Sets one_no_logits from the measured time of one token without logits and of one with
+  // them. Throws std::invalid_argument unless both are finite and > 0.
+  void set_no_logits_ms(double ms_no_logits, double ms_one);
+  // Whether decoding all pending tokens but the last alone, one pass each without logits,
+  // then the last with the drafts, costs less than one pass of them all (one_no_logits
+  // known and n_pending >= 2).
+  bool split_pending(size_t n_pending, size_t n_draft) const;
+  // The cost of the cheaper of the two ways (what the generator runs).
+  double of_plan(size_t n_pending, size_t n_draft) const;
   // The draft length k in [0, n_available] with the largest expected saving for a pass
   // that decodes n_pending tokens anyway, when each draft token is kept with probability
   // accept_rate (given the ones before it were): the k drafts yield a + a^2 + ... + a^k
-  // tokens that would otherwise cost a one-token pass each, and cost of_pass(n_pending, k) -
-  // of_pass(n_pending, 0). 0 unless drafting is expected to gain.
+  // tokens that would otherwise cost a one-token pass each, and cost of_plan(n_pending, k) -
+  // of_plan(n_pending, 0). 0 unless drafting is expected to gain.
   size_t best_draft(size_t n_pending, size_t n_available, double accept_rate) const;
 };
 
@@ -61,10 +78,14 @@ struct DecodeCost {
 DecodeCost measure_decode_cost(llama_context* ctx, llama_seq_id seq, std::span<const size_t> sizes,
                                int reps, std::vector<double>* ms_out = nullptr,
                                bool all_logits = true);
+// The median time in ms of `reps` decodes of one token without logits on sequence `seq`,
+// after what it holds (removed again). Same errors as measure_decode_cost().
+double measure_decode_no_logits_ms(llama_context* ctx, llama_seq_id seq, int reps);
 
 // The cost model of the model behind `ctx` at the context's thread count, measured on `ctx`
 // the first time (sizes 1, 2, 3, 4, 6, 8 as far as n_batch allows, `reps` decodes of each,
-// the tables with all logits and with the last only interleaved, medians) and cached for the
+// the tables with all logits and with the last only, and one token without logits,
+// interleaved, medians) and cached for the
 // process, keyed by the model (address, description, size, parameter count) and the thread
 // count. Decodes after what `seq` holds and removes it again; the context's logits are
 // overwritten. Returns the cached table without decoding when there is one; when the context
@@ -91,7 +112,10 @@ struct DecodeOptions {
   size_t max_draft = 16;       // most draft tokens per verified batch
   size_t max_forced = 64;      // most forced tokens taken per step
   DraftPolicy draft_policy = DraftPolicy::adaptive;
-  DecodeCost cost = DecodeCost::cpu_default();  // used by DraftPolicy::adaptive
+  // Pending forced tokens go one pass each without logits where `cost` says that is cheaper
+  // than batch-filling them (DecodeCost::split_pending; exact either way).
+  bool split_pending = true;
+  DecodeCost cost = DecodeCost::cpu_default();  // used by DraftPolicy::adaptive, split_pending
   // Adaptive drafts: replace `cost` with cached_decode_cost() of the context, measured
   // once per process, model and thread count on the first prefill (before the prompt is
   // decoded; LACUNA_MEASURE_COST=1). The table depends on the weight type and the machine
@@ -106,7 +130,7 @@ struct DecodeOptions {
 
 // The compiled-in defaults (CMake options LACUNA_DECODE_SKIP/VERIFY/JUMP), then the
 // environment: LACUNA_SKIP, LACUNA_VERIFY, LACUNA_JUMP = 0/1, LACUNA_MAX_DRAFT = N,
-// LACUNA_DRAFT = adaptive/always, LACUNA_MEASURE_COST = 0/1.
+// LACUNA_DRAFT = adaptive/always, LACUNA_MEASURE_COST = 0/1, LACUNA_SPLIT = 0/1.
 // Throws std::invalid_argument for a malformed value.
 DecodeOptions decode_options_from_env();
 DecodeOptions decode_options_from_env(DecodeOptions base);
@@ -146,6 +170,7 @@ struct GenerationStats {
   size_t forward_passes = 0;       // llama_decode calls after the prompt
   size_t tokens_skipped = 0;       // forced tokens emitted without their own logits
   size_t tokens_batch_filled = 0;  // emitted tokens whose KV was filled in a later batch
+  size_t tokens_filled_alone = 0;  // of those, decoded in a pass of their own without logits
   size_t draft_proposed = 0;       // forced-string draft tokens decoded for verification
   size_t draft_accepted = 0;       // of those, kept
   size_t draft_declined = 0;  // passes with a forced string where the cost model drafted nothing

@@ -28,26 +28,65 @@ constexpr double kDefaultCost[] = {1.0,  2.05, 2.11, 2.27, 2.33, 2.38, 2.68, 2.9
 // The same batches with logits for the last token only (what pending tokens cost).
 constexpr double kDefaultCostLast[] = {1.0,  1.77, 1.83, 1.84, 1.91, 1.97, 2.19, 2.41,
                                        2.51, 2.62, 2.72, 2.83, 3.00, 3.16, 3.33, 3.50};
+// One token without logits: the output projection (151936 x 896, 28% of bench-0.5b's
+// weights) and the last layer's feed-forward are skipped; measured 0.66-0.83 on the same
+// machine and model (docs/generator.md).
+constexpr double kDefaultNoLogits = 0.72;
 
-// Linear interpolation between measured sizes, relative to ms_one, made non-decreasing.
+// Pool-adjacent-violators: the non-decreasing sequence closest to v (least squares), so
+// that a noisy measurement out of order is averaged with its neighbours instead of raising
+// everything after it.
+void make_isotonic(std::vector<double>& v) {
+  std::vector<double> sum;
+  std::vector<size_t> count;
+  for (double x : v) {
+    sum.push_back(x);
+    count.push_back(1);
+    while (sum.size() >= 2 && sum[sum.size() - 2] / static_cast<double>(count[count.size() - 2]) >
+                                  sum.back() / static_cast<double>(count.back())) {
+      sum[sum.size() - 2] += sum.back();
+      count[count.size() - 2] += count.back();
+      sum.pop_back();
+      count.pop_back();
+    }
+  }
+  size_t at = 0;
+  for (size_t b = 0; b < sum.size(); ++b)
+    for (size_t i = 0; i < count[b]; ++i) v[at++] = sum[b] / static_cast<double>(count[b]);
+}
+
+// Linear interpolation between measured sizes, relative to ms_one. The batches of two or
+// more (one kernel; a batch of one runs another) are made non-decreasing, and each token
+// past 2 adds at least half the average slope from 2 to the end: a measured plateau is
+// most likely noise, and a free extra token would make every draft look worth it.
 std::vector<double> interpolate(std::span<const size_t> sizes, std::span<const double> ms,
                                 double ms_one) {
   const size_t n_max = sizes.back();
+  std::vector<double> pts(ms.begin(), ms.end());
+  if (pts.size() > 2) {
+    std::vector<double> tail(pts.begin() + 1, pts.end());
+    make_isotonic(tail);
+    std::copy(tail.begin(), tail.end(), pts.begin() + 1);
+  }
   std::vector<double> out(n_max);
   size_t seg = 0;
   for (size_t n = 1; n <= n_max; ++n) {
     while (seg + 1 < sizes.size() && sizes[seg + 1] < n) ++seg;
     double v;
     if (sizes[seg] == n || seg + 1 >= sizes.size()) {
-      v = ms[seg];
+      v = pts[seg];
     } else {
       const double f =
           static_cast<double>(n - sizes[seg]) / static_cast<double>(sizes[seg + 1] - sizes[seg]);
-      v = ms[seg] + f * (ms[seg + 1] - ms[seg]);
+      v = pts[seg] + f * (pts[seg + 1] - pts[seg]);
     }
     out[n - 1] = v / ms_one;
   }
   for (size_t i = 1; i < out.size(); ++i) out[i] = std::max(out[i], out[i - 1]);
+  if (out.size() > 2) {
+    const double floor = 0.5 * (out.back() - out[1]) / static_cast<double>(out.size() - 2);
+    for (size_t i = 2; i < out.size(); ++i) out[i] = std::max(out[i], out[i - 1] + floor);
+  }
   return out;
 }
 
@@ -81,6 +120,7 @@ DecodeCost DecodeCost::cpu_default() {
   DecodeCost c;
   c.relative.assign(std::begin(kDefaultCost), std::end(kDefaultCost));
   c.relative_last.assign(std::begin(kDefaultCostLast), std::end(kDefaultCostLast));
+  c.one_no_logits = kDefaultNoLogits;
   return c;
 }
 
@@ -119,24 +159,44 @@ double DecodeCost::of_pass(size_t n_pending, size_t n_draft) const {
   return last + (of(n) - last) * static_cast<double>(n_draft) / static_cast<double>(n - 1);
 }
 
+void DecodeCost::set_no_logits_ms(double ms_no_logits, double ms_one) {
+  if (!(ms_no_logits > 0) || !std::isfinite(ms_no_logits) || !(ms_one > 0) ||
+      !std::isfinite(ms_one))
+    throw std::invalid_argument("DecodeCost::set_no_logits_ms: times must be finite and > 0");
+  // Fewer logits never cost more.
+  one_no_logits = std::min(1.0, ms_no_logits / ms_one);
+}
+
+bool DecodeCost::split_pending(size_t n_pending, size_t n_draft) const {
+  if (n_pending < 2 || !(one_no_logits > 0)) return false;
+  const double split = static_cast<double>(n_pending - 1) * one_no_logits + of_pass(1, n_draft);
+  return split < of_pass(n_pending, n_draft) - 1e-9;
+}
+
+double DecodeCost::of_plan(size_t n_pending, size_t n_draft) const {
+  if (split_pending(n_pending, n_draft))
+    return static_cast<double>(n_pending - 1) * one_no_logits + of_pass(1, n_draft);
+  return of_pass(n_pending, n_draft);
+}
+
 size_t DecodeCost::best_draft(size_t n_pending, size_t n_available, double accept_rate) const {
   if (n_available == 0) return 0;
   const double a = std::clamp(accept_rate, 0.0, 1.0);
   const size_t base = std::max<size_t>(n_pending, 1);
   // The pass runs anyway (its pending tokens need it) and yields one token. k drafts add
   // a + a^2 + ... + a^k expected tokens (a draft is kept only if every one before it was),
-  // each of which would otherwise cost a pass of one token, and they add of_pass(base, k) -
-  // of_pass(base, 0) to this pass. Pick the k with the largest net saving; none unless it
+  // each of which would otherwise cost a pass of one token, and they add of_plan(base, k) -
+  // of_plan(base, 0) to this pass. Pick the k with the largest net saving; none unless it
   // is > 0 (a tie goes to the shorter draft).
   size_t best_k = 0;
   double best_gain = 0.0;
   double extra = 0.0;
   double a_pow = 1.0;
-  const double c_base = of_pass(base, 0);
+  const double c_base = of_plan(base, 0);
   for (size_t k = 1; k <= n_available; ++k) {
     a_pow *= a;
     extra += a_pow;
-    const double gain = extra * of(1) - (of_pass(base, k) - c_base);
+    const double gain = extra * of(1) - (of_plan(base, k) - c_base);
     if (gain > best_gain + 1e-9) {
       best_gain = gain;
       best_k = k;
@@ -204,6 +264,37 @@ DecodeCost measure_decode_cost(llama_context* ctx, llama_seq_id seq, std::span<c
   return DecodeCost::from_ms(sizes, ms);
 }
 
+double measure_decode_no_logits_ms(llama_context* ctx, llama_seq_id seq, int reps) {
+  if (ctx == nullptr) throw std::invalid_argument("measure_decode_no_logits_ms: null context");
+  if (reps < 1) throw std::invalid_argument("measure_decode_no_logits_ms: reps must be >= 1");
+  llama_memory_t mem = llama_get_memory(ctx);
+  const llama_pos start = llama_memory_seq_pos_max(mem, seq) + 1;
+  if (static_cast<size_t>(start) + 1 >= llama_n_ctx(ctx))
+    throw std::invalid_argument("measure_decode_no_logits_ms: no room in the context");
+  llama_batch batch = llama_batch_init(1, 0, 1);
+  batch.n_tokens = 1;
+  batch.token[0] = 1000 % llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx)));
+  batch.pos[0] = start;
+  batch.n_seq_id[0] = 1;
+  batch.seq_id[0][0] = seq;
+  batch.logits[0] = 0;
+  std::vector<double> samples;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    const int32_t rc = llama_decode(ctx, batch);
+    samples.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    llama_memory_seq_rm(mem, seq, start, -1);
+    if (rc != 0) {
+      llama_batch_free(batch);
+      throw std::runtime_error("measure_decode_no_logits_ms: llama_decode failed (status " +
+                               std::to_string(rc) + ")");
+    }
+  }
+  llama_batch_free(batch);
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
 namespace {
 
 // (model address, description, size in bytes, parameters, threads). The address alone could
@@ -244,6 +335,7 @@ DecodeCost cached_decode_cost(llama_context* ctx, llama_seq_id seq, int reps) {
   // Both tables, one repetition of each in turn, so that a change of machine load falls on
   // both alike; one uncounted decode first (the first pass of a context builds its graph).
   std::vector<std::vector<double>> all(sizes.size()), last(sizes.size());
+  std::vector<double> none;
   std::vector<double> one;
   measure_decode_cost(ctx, seq, sizes, 1, &one);
   for (int r = 0; r < reps; ++r) {
@@ -251,7 +343,9 @@ DecodeCost cached_decode_cost(llama_context* ctx, llama_seq_id seq, int reps) {
     for (size_t i = 0; i < sizes.size(); ++i) all[i].push_back(one[i]);
     measure_decode_cost(ctx, seq, sizes, 1, &one, false);
     for (size_t i = 0; i < sizes.size(); ++i) last[i].push_back(one[i]);
+    none.push_back(measure_decode_no_logits_ms(ctx, seq, 1));
   }
+  std::sort(none.begin(), none.end());
   std::vector<double> ms_all, ms_last;
   for (size_t i = 0; i < sizes.size(); ++i) {
     std::sort(all[i].begin(), all[i].end());
@@ -259,7 +353,8 @@ DecodeCost cached_decode_cost(llama_context* ctx, llama_seq_id seq, int reps) {
     ms_all.push_back(all[i][all[i].size() / 2]);
     ms_last.push_back(last[i][last[i].size() / 2]);
   }
-  const DecodeCost c = DecodeCost::from_ms(sizes, ms_all, ms_last);
+  DecodeCost c = DecodeCost::from_ms(sizes, ms_all, ms_last);
+  c.set_no_logits_ms(none[none.size() / 2], ms_all[0]);
   cost_cache().emplace(key, c);
   return c;
 }

@@ -118,8 +118,9 @@ void Generator::prefill(std::span<const Token> prompt) {
   // The generation's clock starts before a cost measurement, so that prefill_ms and
   // total_ms include it.
   const auto t_begin = Clock::now();
-  if (opt.measure_cost && opt.verify_strings && opt.draft_policy == DraftPolicy::adaptive &&
-      !cost_measured_) {
+  const bool cost_used = (opt.verify_strings && opt.draft_policy == DraftPolicy::adaptive) ||
+                         (opt.skip_forced && opt.split_pending);
+  if (opt.measure_cost && cost_used && !cost_measured_) {
     // Before the prompt is decoded: the measurement overwrites the context's logits. Cached
     // per process, model and thread count, so only the first generator pays for it (counted
     // in its prefill_ms).
@@ -146,6 +147,7 @@ void Generator::prefill(std::span<const Token> prompt) {
   stats_.forward_passes = 0;
   stats_.decode_ms = 0;
   stats_.tokens_batch_filled = 0;
+  stats_.tokens_filled_alone = 0;
   prefilled_ = true;
 }
 
@@ -182,6 +184,22 @@ void Generator::decode_pending(std::span<const Token> drafts) {
       batch_.logits[k] = 0;
     }
     run("prefix chunk");
+  }
+  // Where the cost table says a pass of one token without logits (no output projection)
+  // per pending token is cheaper than one batch of them all (llama.cpp's matrix-matrix
+  // kernels can cost more per token than its matrix-vector one), the pending tokens but the
+  // last go alone. Their KV is then computed exactly as the plain path computes it.
+  if (config_.decode.split_pending && config_.decode.cost.split_pending(n_pend - i, n_draft)) {
+    for (; i + 1 < n_pend; ++i) {
+      batch_.n_tokens = 1;
+      batch_.token[0] = pending_[i];
+      batch_.pos[0] = n_past_++;
+      batch_.n_seq_id[0] = 1;
+      batch_.seq_id[0][0] = config_.seq;
+      batch_.logits[0] = 0;
+      run("pending token");
+      ++stats_.tokens_filled_alone;
+    }
   }
   batch_.n_tokens = 0;
   for (; i < n_pend; ++i) {

@@ -69,6 +69,7 @@ DecodeOptions decode_options_from_env(DecodeOptions base) {
   read_switch("LACUNA_JUMP", base.jump_forward);
   read_count("LACUNA_MAX_DRAFT", base.max_draft, 0, 4096);
   read_switch("LACUNA_MEASURE_COST", base.measure_cost);
+  read_switch("LACUNA_SPLIT", base.split_pending);
   if (const char* raw = std::getenv("LACUNA_DRAFT"); raw != nullptr && raw[0] != '\0') {
     const std::string v = raw;
     if (v == "adaptive") {
@@ -119,13 +120,15 @@ std::string GenerationStats::to_json() const {
   std::snprintf(
       buf, sizeof(buf),
       "{\"prompt_tokens\":%zu,\"tokens_emitted\":%zu,\"forward_passes\":%zu,"
-      "\"tokens_skipped\":%zu,\"tokens_batch_filled\":%zu,\"draft_proposed\":%zu,"
+      "\"tokens_skipped\":%zu,\"tokens_batch_filled\":%zu,\"tokens_filled_alone\":%zu,"
+      "\"draft_proposed\":%zu,"
       "\"draft_accepted\":%zu,\"draft_declined\":%zu,\"jump_tokens\":%zu,\"tokens_per_pass\":%.4f,"
       "\"prefill_ms\":%.3f,\"decode_ms\":%.3f,\"mask_ms\":%.3f,\"sample_ms\":%.3f,"
       "\"total_ms\":%.3f,\"stop\":\"%s\"}",
       prompt_tokens, tokens_emitted, forward_passes, tokens_skipped, tokens_batch_filled,
-      draft_proposed, draft_accepted, draft_declined, jump_tokens, tokens_per_pass(), prefill_ms,
-      decode_ms, mask_ms, sample_ms, total_ms, stop_reason_name(stop));
+      tokens_filled_alone, draft_proposed, draft_accepted, draft_declined, jump_tokens,
+      tokens_per_pass(), prefill_ms, decode_ms, mask_ms, sample_ms, total_ms,
+      stop_reason_name(stop));
   return buf;
 }
 

@@ -36,7 +36,9 @@ using nlohmann::json;
 const char* kModes[] = {"llama-grammar", "llama-common", "lacuna",
                         "lacuna-skip",   "lacuna-jump",  "free"};
 // Modes run only when --modes names them.
-const char* kExtraModes[] = {"lacuna-skip-always"};  // lacuna-skip drafting at every string
+// lacuna-skip-always: drafting at every string; lacuna-skip-batch: lacuna-skip without
+// split pending tokens (every pending token batch-filled, as before the split existed).
+const char* kExtraModes[] = {"lacuna-skip-always", "lacuna-skip-batch"};
 
 // One generation of one mode on one (schema, prompt) pair.
 struct RunResult {
@@ -59,6 +61,7 @@ struct ModeCounts {
   size_t forward_passes = 0;
   size_t skipped = 0;
   size_t batch_filled = 0;
+  size_t filled_alone = 0;
   size_t draft_proposed = 0;
   size_t draft_accepted = 0;
   size_t draft_declined = 0;
@@ -266,23 +269,28 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
     ctx.decode(b);
   }
   std::vector<double> fill_ms;  // the same batches with logits for the last token only
+  double no_logits_ms = 0;      // one token without logits
   {
     // Both tables interleaved, one repetition of each in turn, so that a change of machine
     // load falls on both alike; per size, the median over the repetitions.
     std::vector<std::vector<double>> all(cost_sizes.size()), last(cost_sizes.size());
     std::vector<double> one;
+    std::vector<double> none;
     for (int r = 0; r < cost_reps; ++r) {
       lacuna::measure_decode_cost(ctx.get(), 0, cost_sizes, 1, &one);
       for (size_t i = 0; i < one.size(); ++i) all[i].push_back(one[i]);
       lacuna::measure_decode_cost(ctx.get(), 0, cost_sizes, 1, &one, false);
       for (size_t i = 0; i < one.size(); ++i) last[i].push_back(one[i]);
+      none.push_back(lacuna::measure_decode_no_logits_ms(ctx.get(), 0, 1));
     }
+    no_logits_ms = median(none);
     for (size_t i = 0; i < cost_sizes.size(); ++i) {
       cost_ms.push_back(median(all[i]));
       fill_ms.push_back(median(last[i]));
     }
   }
-  const lacuna::DecodeCost measured = lacuna::DecodeCost::from_ms(cost_sizes, cost_ms, fill_ms);
+  lacuna::DecodeCost measured = lacuna::DecodeCost::from_ms(cost_sizes, cost_ms, fill_ms);
+  measured.set_no_logits_ms(no_logits_ms, cost_ms[0]);
   ctx.clear_memory();
   auto cost_json = [&] {
     json jc;
@@ -292,6 +300,11 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
     for (double v : cost_ms) rel.push_back(v / cost_ms[0]);
     jc["relative"] = rel;
     jc["ms_last_logits_only"] = fill_ms;
+    jc["ms_one_no_logits"] = no_logits_ms;
+    // What the adaptive policy and the pending split use (smoothed, made monotone).
+    jc["table_relative"] = measured.relative;
+    jc["table_relative_last"] = measured.relative_last;
+    jc["table_one_no_logits"] = measured.one_no_logits;
     jc["used"] = cost_source;
     return jc;
   };
@@ -330,8 +343,8 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
     } else {
       lacuna::GeneratorConfig cfg;
       cfg.max_tokens = n_predict;
-      const bool fast =
-          mode == "lacuna-skip" || mode == "lacuna-jump" || mode == "lacuna-skip-always";
+      const bool fast = mode == "lacuna-skip" || mode == "lacuna-jump" ||
+                        mode == "lacuna-skip-always" || mode == "lacuna-skip-batch";
       cfg.decode.skip_forced = fast;
       cfg.decode.verify_strings = fast;
       cfg.decode.jump_forward = mode == "lacuna-jump";
@@ -339,6 +352,7 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
                                     ? lacuna::DraftPolicy::always
                                     : lacuna::DraftPolicy::adaptive;
       cfg.decode.cost = cost;
+      cfg.decode.split_pending = mode != "lacuna-skip-batch";
       std::unique_ptr<lacuna::Constraint> c;
       if (mode != "free") c = std::make_unique<lacuna::GrammarMatcher>(compiled[pair.schema]);
       lacuna::Generator gen(ctx.get(), cfg, std::move(c));
@@ -397,6 +411,7 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
       c.forward_passes += st.forward_passes;
       c.skipped += st.tokens_skipped;
       c.batch_filled += st.tokens_batch_filled;
+      c.filled_alone += st.tokens_filled_alone;
       c.draft_proposed += st.draft_proposed;
       c.draft_accepted += st.draft_accepted;
       c.draft_declined += st.draft_declined;
@@ -454,6 +469,7 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
                       : 0.0},
         {"tokens_skipped", t.skipped},
         {"tokens_batch_filled", t.batch_filled},
+        {"tokens_filled_alone", t.filled_alone},
         {"draft_proposed", t.draft_proposed},
         {"draft_accepted", t.draft_accepted},
         {"draft_declined", t.draft_declined},
@@ -501,6 +517,8 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
   ratio("lacuna_speedup_vs_llama_grammar", "llama-grammar", "lacuna");
   ratio("lacuna_skip_over_free", "lacuna-skip", "free");
   ratio("lacuna_skip_always_speedup_vs_lacuna", "lacuna", "lacuna-skip-always");
+  ratio("lacuna_skip_batch_speedup_vs_lacuna", "lacuna", "lacuna-skip-batch");
+  ratio("lacuna_skip_speedup_vs_lacuna_skip_batch", "lacuna-skip-batch", "lacuna-skip");
   report["ratios"] = ratios;
 
   json per_schema = json::array();
