@@ -407,4 +407,47 @@ TEST(JsonSchemaShapes, KeyClassSelfLoopsAreRepetitions) {
   }
 }
 
+TEST(JsonSchemaShapes, SeparatorSharedByTheNextMembers) {
+  // Flexible whitespace: a state lists its next members after one `ws "," ws`. Every order
+  // of every subset of keys (named in schema order, "b" required, extra keys anywhere), with
+  // three separator spellings, against the definition.
+  lacuna::SchemaOptions flex;
+  Lang l(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},
+             "c":{"type":"boolean"},"d":{"type":"null"}},"required":["b"],
+             "additionalProperties":{"type":"integer"}})",
+         flex);
+  EXPECT_NE(l.gbnf().find("ws (\",\" ws ("), std::string::npos) << l.gbnf();
+  const std::vector<std::pair<std::string, std::string>> members = {
+      {"a", "1"}, {"b", R"("s")"}, {"c", "true"}, {"d", "null"}, {"x", "2"}};
+  const std::vector<std::string> seps = {",", ", ", " ,\n  "};
+  size_t accepted = 0;
+  for (unsigned mask = 0; mask < 32; ++mask) {
+    std::vector<size_t> keys;
+    for (size_t k = 0; k < members.size(); ++k)
+      if (mask & (1u << k)) keys.push_back(k);
+    do {
+      for (const std::string& sep : seps) {
+        std::string doc = "{";
+        long last_named = -1;
+        bool ordered = true;
+        for (size_t k : keys) {
+          if (doc.size() > 1) doc += sep;
+          doc += "\"" + members[k].first + "\": " + members[k].second;
+          if (k < 4) {
+            ordered &= static_cast<long>(k) > last_named;
+            last_named = static_cast<long>(k);
+          }
+        }
+        doc += " }";
+        bool want = ordered && (mask & 2u);
+        ASSERT_EQ(l.accepts(doc), want) << doc << "\n" << l.gbnf();
+        accepted += want;
+      }
+    } while (std::next_permutation(keys.begin(), keys.end()));
+  }
+  EXPECT_GT(accepted, 30u);
+  expect_language(l, {R"({"b":"s"})", R"({ "b" : "s" , "x" : 1 })"},
+                  {R"({"b":"s",})", R"({,"b":"s"})", R"({"b":"s",,"x":1})", "{}"});
+}
+
 }  // namespace
