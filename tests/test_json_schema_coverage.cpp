@@ -450,4 +450,52 @@ TEST(JsonSchemaShapes, SeparatorSharedByTheNextMembers) {
                   {R"({"b":"s",})", R"({,"b":"s"})", R"({"b":"s",,"x":1})", "{}"});
 }
 
+TEST(JsonSchemaShapes, UnionOfObjectsIsMergedWithTheSameLanguage) {
+  // anyOf of objects is written as one member automaton (shared members read once). The
+  // union must accept a document iff one of the branches alone does: checked on every
+  // order of every subset of members drawn from a pool with values of several types.
+  const std::vector<std::string> branches = {
+      R"({"type":"object","properties":{"kind":{"const":"a"},"x":{"type":"integer"},
+          "y":{"type":"string"}},"required":["kind"],"additionalProperties":false})",
+      R"({"type":"object","properties":{"kind":{"const":"b"},"x":{"type":"integer"},
+          "z":{"type":"boolean"}},"required":["kind","z"]})",
+      R"({"type":"object","properties":{"x":{"type":"string"},"y":{"type":"string"}},
+          "additionalProperties":{"type":"integer"},"maxProperties":2})"};
+  std::string any = R"({"anyOf":[)";
+  for (size_t i = 0; i < branches.size(); ++i) any += (i ? "," : "") + branches[i];
+  any += "]}";
+  for (const char* ws : {"compact", "flexible"}) {
+    lacuna::SchemaOptions o = std::string(ws) == "compact" ? compact() : lacuna::SchemaOptions{};
+    Lang u(any, o);
+    EXPECT_NE(u.gbnf().find("-union"), std::string::npos) << u.gbnf();
+    std::vector<Lang> each;
+    for (const std::string& b : branches) each.emplace_back(b, o);
+    const std::vector<std::pair<std::string, std::string>> pool = {
+        {"kind", R"("a")"}, {"kind", R"("b")"}, {"x", "1"}, {"x", R"("s")"},
+        {"y", R"("t")"},    {"z", "true"},      {"w", "2"}};
+    size_t accepted = 0, docs = 0;
+    for (unsigned mask = 0; mask < (1u << pool.size()); ++mask) {
+      std::vector<size_t> keys;
+      for (size_t k = 0; k < pool.size(); ++k)
+        if (mask & (1u << k)) keys.push_back(k);
+      if (keys.size() > 4) continue;
+      do {
+        std::string doc = "{";
+        for (size_t k : keys) {
+          if (doc.size() > 1) doc += ",";
+          doc += "\"" + pool[k].first + "\":" + pool[k].second;
+        }
+        doc += "}";
+        bool want = false;
+        for (const Lang& b : each) want = want || b.accepts(doc);
+        ASSERT_EQ(u.accepts(doc), want) << ws << " " << doc << "\n" << u.gbnf();
+        accepted += want;
+        ++docs;
+      } while (std::next_permutation(keys.begin(), keys.end()));
+    }
+    EXPECT_GT(accepted, 10u);
+    EXPECT_GT(docs, 1000u);
+  }
+}
+
 }  // namespace

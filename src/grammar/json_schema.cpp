@@ -17,6 +17,7 @@
 #include <optional>
 #include <regex>
 #include <set>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -113,6 +114,8 @@ const char* kNeverBody = "[^\\x00-\\U0010FFFF]";
 // Largest key automaton (DFA states) built for patternProperties before falling back to
 // the approximation.
 constexpr size_t kMaxKeyStates = 256;
+// States of the automaton merging the objects of anyOf/oneOf branches (merge_objects).
+constexpr size_t kMaxMergedStates = 2000;
 
 // Alternatives one schema may grow to by expanding dependencies, if/then/else and `not`
 // (each doubles them or so); past it the keyword is left unenforced with a warning.
@@ -366,7 +369,63 @@ class Converter {
     }
     std::string root = visit(root_, "", 0);
     if (root.empty()) throw SchemaError("the schema accepts no value", "");
-    return rules_.to_string(root);
+    return drop_unreachable(rules_.to_string(root));
+  }
+
+  // The grammar without the rules root cannot reach (the per-branch objects a merged
+  // union replaced): less to parse and compile, same language.
+  static std::string drop_unreachable(const std::string& text) {
+    struct Line {
+      std::string_view name, all;
+    };
+    std::vector<Line> lines;
+    std::unordered_map<std::string_view, size_t> by_name;
+    for (size_t at = 0; at < text.size();) {
+      size_t eol = text.find('\n', at);
+      if (eol == std::string::npos) eol = text.size();
+      std::string_view line(text.data() + at, eol - at);
+      size_t sp = line.find(" ::= ");
+      if (sp == std::string_view::npos) return text;  // not the shape RuleSet writes
+      by_name.emplace(line.substr(0, sp), lines.size());
+      lines.push_back({line.substr(0, sp), line});
+      at = eol + 1;
+    }
+    std::vector<char> keep(lines.size(), 0);
+    std::vector<size_t> work = {0};
+    keep[0] = 1;
+    while (!work.empty()) {
+      std::string_view body = lines[work.back()].all.substr(lines[work.back()].name.size() + 5);
+      work.pop_back();
+      for (size_t i = 0; i < body.size();) {
+        char c = body[i];
+        if (c == '"' || c == '[') {  // a literal or a class: skip it, escapes included
+          char close = c == '"' ? '"' : ']';
+          for (++i; i < body.size() && body[i] != close; ++i)
+            if (body[i] == '\\') ++i;
+          ++i;
+        } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                   c == '-') {
+          size_t start = i;
+          while (i < body.size() &&
+                 ((body[i] >= 'a' && body[i] <= 'z') || (body[i] >= 'A' && body[i] <= 'Z') ||
+                  (body[i] >= '0' && body[i] <= '9') || body[i] == '-'))
+            ++i;
+          auto it = by_name.find(body.substr(start, i - start));
+          if (it != by_name.end() && !keep[it->second])
+            keep[it->second] = 1, work.push_back(it->second);
+        } else {
+          ++i;
+        }
+      }
+    }
+    std::string out;
+    out.reserve(text.size());
+    for (size_t k = 0; k < lines.size(); ++k) {
+      if (!keep[k]) continue;
+      out += lines[k].all;
+      out += '\n';
+    }
+    return out;
   }
 
  private:
@@ -1172,6 +1231,7 @@ class Converter {
           if (!e.empty() && seen.insert(e).second) exprs.push_back(std::move(e));
         }
       }
+      merge_branch_objects(exprs, ptr);
       std::string body = join_alts(exprs);
       if (!memo) return body.empty() ? "" : rules_.add(hint_of(ptr), body);
       rules_.define(name, body.empty() ? kNeverBody : body);
@@ -2026,6 +2086,120 @@ class Converter {
     return k;
   }
 
+  // An object's member automaton in the direct form (every move reads one member): per
+  // state, the members that may come next (expression, target state) and whether "}" may
+  // follow. State 0 comes right after "{".
+  struct ObjectMachine {
+    std::vector<std::vector<std::pair<std::string, int>>> moves;
+    std::vector<char> can_end;
+  };
+
+  // The body of an object state: its next members ("member target" each) and the end.
+  // After the first member the separator is read once, then the members:
+  // `ws ("," ws (m1 | m2 | ...) | "}")` instead of one `ws "," ws mK` per member, so the
+  // matcher keeps one parse through the separator, not one per member that may come next
+  // (90 for an object of 90 optional keys). Same language.
+  std::string object_state_body(const std::vector<std::string>& members, bool first,
+                                bool can_end) const {
+    std::vector<std::string> alts;
+    if (first) {
+      alts = members;
+      if (can_end) alts.push_back("\"}\"");
+    } else if (members.size() > 1) {
+      std::string body = "\",\" " + (ws_.empty() ? "" : ws_ + " ") + "(" + join_alts(members) + ")";
+      if (can_end) body += " | \"}\"";
+      alts = {ws_.empty() ? body : ws_ + " (" + body + ")"};
+    } else {
+      for (const std::string& m : members) alts.push_back(sep() + " " + m);
+      if (can_end) alts.push_back(ws_.empty() ? "\"}\"" : ws_ + " \"}\"");
+    }
+    return alts.empty() ? kNeverBody : join_alts(alts);
+  }
+
+  // The union of objects given by their member automata, as one automaton (subset
+  // construction over (object, state) pairs): members the objects share are read by one
+  // parse instead of one per object, and the objects part where their members differ (a
+  // discriminator's value, keys only one allows). A sequence of members is accepted iff one
+  // of the objects accepts it, so the language is the union. "" when it would pass
+  // kMaxMergedStates states.
+  std::string merge_objects(const std::vector<const ObjectMachine*>& ms, const std::string& base) {
+    using Set = std::vector<std::pair<size_t, int>>;  // (object, state), sorted
+    std::map<Set, size_t> index;
+    std::vector<Set> sets;
+    Set start;
+    for (size_t b = 0; b < ms.size(); ++b) start.push_back({b, 0});
+    index.emplace(start, 0);
+    sets.push_back(start);
+    // Moves per merged state: member -> target set, in first-seen order.
+    std::vector<std::vector<std::pair<std::string, size_t>>> moves;
+    std::vector<char> can_end;
+    for (size_t k = 0; k < sets.size(); ++k) {
+      if (sets.size() > kMaxMergedStates) return "";
+      std::vector<std::string> order;
+      std::map<std::string, Set> by_member;
+      bool end = false;
+      for (auto [b, st] : sets[k]) {
+        const ObjectMachine& m = *ms[b];
+        end = end || m.can_end[static_cast<size_t>(st)];
+        for (const auto& [member, t] : m.moves[static_cast<size_t>(st)]) {
+          auto [it, fresh] = by_member.emplace(member, Set{});
+          if (fresh) order.push_back(member);
+          it->second.push_back({b, t});
+        }
+      }
+      std::vector<std::pair<std::string, size_t>> mv;
+      for (const std::string& member : order) {
+        Set t = std::move(by_member[member]);
+        std::sort(t.begin(), t.end());
+        t.erase(std::unique(t.begin(), t.end()), t.end());
+        auto [it, fresh] = index.emplace(t, sets.size());
+        if (fresh) sets.push_back(t);
+        mv.push_back({member, it->second});
+      }
+      moves.push_back(std::move(mv));
+      can_end.push_back(end);
+    }
+    std::vector<std::string> names(sets.size());
+    for (std::string& nm : names) nm = rules_.reserve(base + "-obj");
+    for (size_t k = 0; k < sets.size(); ++k) {
+      std::vector<std::string> members;
+      for (const auto& [member, t] : moves[k]) members.push_back(member + " " + names[t]);
+      rules_.define(names[k], object_state_body(members, k == 0, can_end[k] != 0));
+    }
+    return rules_.add(base, "\"{\" " + (ws_.empty() ? "" : ws_ + " ") + names[0]);
+  }
+
+  // The objects among a union's parts (rules with a member automaton) become one merged
+  // object in place of the first; the others are dropped from the union.
+  void merge_branch_objects(std::vector<std::string>& exprs, const std::string& ptr) {
+    std::vector<std::string> objs;
+    std::vector<const ObjectMachine*> ms;
+    for (const std::string& e : exprs) {
+      auto it = machines_.find(e);
+      if (it != machines_.end()) objs.push_back(e), ms.push_back(&it->second);
+    }
+    if (objs.size() < 2) return;
+    auto memo = merged_.find(objs);
+    std::string merged;
+    if (memo != merged_.end()) {
+      merged = memo->second;
+    } else {
+      merged = merge_objects(ms, hint_of(ptr) + "-union");
+      merged_.emplace(objs, merged);
+    }
+    if (merged.empty()) return;
+    std::set<std::string> drop(objs.begin(), objs.end());
+    std::vector<std::string> out;
+    for (std::string& e : exprs) {
+      if (!drop.count(e)) {
+        out.push_back(std::move(e));
+      } else if (e == objs[0]) {
+        out.push_back(merged);
+      }
+    }
+    exprs = std::move(out);
+  }
+
   std::string gen_object(const json& s, const std::string& ptr, int depth) {
     struct Prop {
       std::string key;
@@ -2298,6 +2472,14 @@ class Converter {
     std::vector<std::pair<long, long>> work = {{0, 0}};
     std::set<std::pair<long, long>> done;
     state_name(0, 0);
+    // The direct form's automaton, kept so anyOf/oneOf can merge objects (merge_objects).
+    ObjectMachine machine;
+    std::map<std::pair<long, long>, int> state_index = {{{0, 0}, 0}};
+    auto index_of = [&](long i, long c) {
+      auto [it, fresh] =
+          state_index.emplace(std::make_pair(i, c), static_cast<int>(state_index.size()));
+      return it->second;
+    };
     while (!work.empty()) {
       auto [i, c] = work.back();
       work.pop_back();
@@ -2309,12 +2491,27 @@ class Converter {
         return state_name(ni, nc);
       };
       if (direct) {
+        std::vector<std::pair<std::string, int>> mv;
+        std::vector<std::string> members;
+        auto move = [&](const std::string& member, long ni, long nc) {
+          members.push_back(member + " " + go(ni, nc));
+          mv.push_back({member, index_of(ni, nc)});
+        };
         for (long j = i; j < n; ++j) {
           const Prop& p = props[static_cast<size_t>(j)];
           if (!p.kv.empty() && (max_p < 0 || c + 1 <= max_p) && feasible(j + 1, sat(c + 1)))
-            alts.push_back(lead + p.kv + " " + go(j + 1, sat(c + 1)));
+            move(p.kv, j + 1, sat(c + 1));
           if (p.required) break;  // it cannot be skipped
         }
+        if (!extra.empty() && (max_p < 0 || c + 1 <= max_p) && feasible(i, sat(c + 1)))
+          move(extra, i, sat(c + 1));
+        bool can_end = req_from[static_cast<size_t>(i)] == 0 && c >= min_p;
+        size_t k = static_cast<size_t>(index_of(i, c));
+        if (machine.moves.size() <= k) machine.moves.resize(k + 1), machine.can_end.resize(k + 1);
+        machine.moves[k] = std::move(mv);
+        machine.can_end[k] = can_end;
+        rules_.define(state_name(i, c), object_state_body(members, c == 0, can_end));
+        continue;
       } else if (i < n) {
         const Prop& p = props[static_cast<size_t>(i)];
         if (!p.kv.empty() && (max_p < 0 || c + 1 <= max_p) && feasible(i + 1, sat(c + 1))) {
@@ -2325,25 +2522,13 @@ class Converter {
       if (!extra.empty() && (max_p < 0 || c + 1 <= max_p) && feasible(i, sat(c + 1))) {
         alts.push_back(lead + extra + " " + go(i, sat(c + 1)));
       }
-      bool can_end = direct ? req_from[static_cast<size_t>(i)] == 0 : i == n;
-      can_end = can_end && c >= min_p;
-      if (direct && c > 0 && alts.size() > 1) {
-        // The separator once, then the members: `ws ("," ws (m1 | m2 | ...) | "}")` instead
-        // of one `ws "," ws mK` per member, so the matcher keeps one parse through the
-        // separator, not one per member that may come next (90 for an object of 90
-        // optional keys). Same language.
-        std::vector<std::string> members;
-        for (std::string& a : alts) members.push_back(a.substr(lead.size()));
-        std::string body =
-            "\",\" " + (ws_.empty() ? "" : ws_ + " ") + "(" + join_alts(members) + ")";
-        if (can_end) body += " | \"}\"";
-        alts = {ws_.empty() ? body : ws_ + " (" + body + ")"};
-        can_end = false;
-      }
+      bool can_end = i == n && c >= min_p;
       if (can_end) alts.push_back(c == 0 ? "\"}\"" : w + "\"}\"");
       rules_.define(state_name(i, c), alts.empty() ? kNeverBody : join_alts(alts));
     }
-    return rules_.add(base, "\"{\" " + w + state_name(0, 0));
+    std::string name = rules_.add(base, "\"{\" " + w + state_name(0, 0));
+    if (direct) machines_.emplace(name, std::move(machine));
+    return name;
   }
 
   const json& root_;
@@ -2361,6 +2546,8 @@ class Converter {
   std::unordered_map<std::string, std::string> synthetic_;
   std::map<std::string, std::string> not_in_rules_;
   std::map<int64_t, std::string> mult_rules_;
+  std::map<std::string, ObjectMachine> machines_;           // object rule -> its member automaton
+  std::map<std::vector<std::string>, std::string> merged_;  // object rules -> their union
 };
 
 }  // namespace
