@@ -423,6 +423,35 @@ ws ::= [ \t\n]{0,6})",
   EXPECT_GT(stats.steps, grammars.size());
 }
 
+// Chains whose positions have equal structural classes share one mask walk; these grammars
+// have equal rules and equal rests in places whose continuations differ, so a key that left
+// out the continuation past a chain's end, or told apart too little, would show here.
+TEST_P(Oracle, StructurallyEqualChainsMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::vector<std::string> grammars = {
+      R"g(root ::= a "x" | b "y" | a "," b
+a ::= [0-9]+
+b ::= [0-9]+)g",
+      R"g(root ::= item ("," ws item)*
+item ::= "(" ws v ws ")" | "[" ws v ws "]" | "{" ws v ws "}" ws
+v ::= [a-z]+ | item
+ws ::= [ ]*)g",
+      R"g(root ::= s1 ":" ws s2 | s2 "=" ws s1 ws "." | "<" s1 ">"
+s1 ::= "\"" [a-z ]* "\""
+s2 ::= "\"" [a-z ]* "\""
+ws ::= [ \t]{0,3})g"};
+  WalkStats stats;
+  uint64_t seed = 901;
+  for (const auto& g : grammars) {
+    SCOPED_TRACE(g);
+    for (int k = 0; k < 3; ++k) walk(fx, g, 10, seed++, stats);
+  }
+  std::printf("[oracle] %s structurally equal chains: %zu steps compared\n", GetParam().c_str(),
+              stats.steps);
+  EXPECT_GT(stats.steps, grammars.size() * 3);
+}
+
 INSTANTIATE_TEST_SUITE_P(Vocabs, Oracle, ::testing::Values("llama-bpe", "llama-spm", "qwen2"),
                          [](const auto& info) {
                            std::string s = info.param;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include "lacuna/matcher.h"
@@ -342,17 +343,18 @@ class WalkStates {
   }
 
   // Whether every member treats all code points >= 128 alike (memoized).
-  bool uniform(uint32_t set) {
-    if (uniform_.size() <= set) uniform_.resize(sets_.size(), kUnset);
-    if (uniform_[set] == kUnset) uniform_[set] = is_uniform(set) ? 1 : 0;
-    return uniform_[set] == 1;
-  }
+  bool uniform(uint32_t set) { return (high_flags(set) & kUniform) != 0; }
+  // Whether some member may consume a code point >= 128: if not, no partial UTF-8 sequence
+  // (which always stands for one) can go on from this set.
+  bool takes_high(uint32_t set) { return (high_flags(set) & kTakesHigh) != 0; }
 
   // The code points some member can consume next (union of the members' character sets).
   const CharSet& first(uint32_t set) {
+    if (set < first_ptr_.size() && first_ptr_[set] != nullptr) return *first_ptr_[set];
     if (firsts_.size() <= set) {
       firsts_.resize(sets_.size());
       first_done_.resize(sets_.size(), 0);
+      first_ptr_.resize(sets_.size(), nullptr);
     }
     if (!first_done_[set]) {
       RangeSet u;
@@ -363,6 +365,7 @@ class WalkStates {
       }
       firsts_[set] = detail::make_charset(false, false, std::move(u));
       first_done_[set] = 1;
+      first_ptr_[set] = &firsts_[set];
     }
     return firsts_[set];
   }
@@ -497,22 +500,35 @@ class WalkStates {
     return static_cast<int32_t>(cands_.size() - 1);
   }
 
-  // Whether every member treats all code points >= 128 alike (so 0x100 stands for them).
-  bool is_uniform(uint32_t set) const {
+  // kUniform: every member treats all code points >= 128 alike (so 0x100 stands for them);
+  // kTakesHigh: some member may consume a code point >= 128. Memoized per set.
+  static constexpr uint32_t kUniform = 1, kTakesHigh = 2;
+  uint32_t high_flags(uint32_t set) {
+    if (uniform_.size() <= set) uniform_.resize(sets_.size(), kUnset);
+    if (uniform_[set] == kUnset) uniform_[set] = compute_high_flags(set);
+    return uniform_[set];
+  }
+  uint32_t compute_high_flags(uint32_t set) const {
+    uint32_t flags = kUniform;
     const auto [off, len] = sets_[set];
     for (uint32_t i = 0; i < len; ++i) {
       const Elem& e = g_.elems[pool_.pos(data_[off + i])];
       if (e.kind != detail::kChars) continue;
       const CharSet& cs = g_.charsets[e.arg];
-      if (cs.any) continue;
+      if (cs.any) {
+        flags |= kTakesHigh;
+        continue;
+      }
       bool none = true, all = false;
       for (const auto& r : cs.ranges) {
         if (r.hi >= 128) none = false;
         if (r.lo <= 128 && r.hi == 0xFFFFFFFFu) all = true;
       }
-      if (!none && !all) return false;
+      // Negated, some high code point is left out only if the ranges cover them all.
+      if (cs.negated ? !all : !none) flags |= kTakesHigh;
+      if (!none && !all) flags &= ~kUniform;
     }
-    return true;
+    return flags;
   }
 
   // Fills scratch_ with the successors of the members of `set` that consume cp. Returns
@@ -555,10 +571,11 @@ class WalkStates {
   std::unordered_multimap<uint64_t, uint32_t> index_;
   std::vector<uint32_t> ascii_;
   std::unordered_map<uint64_t, uint32_t> other_;
-  std::vector<uint32_t> uniform_;  // per set: 1 = all code points >= 128 alike, 0 = not
+  std::vector<uint32_t> uniform_;  // per set: kUniform | kTakesHigh, or kUnset
   std::vector<uint32_t> scratch_, members_;
   std::deque<CharSet> firsts_;  // a deque: frames keep pointers into it while it grows
   std::vector<uint8_t> first_done_;
+  std::vector<const CharSet*> first_ptr_;  // into firsts_, without the deque's indexing
   std::vector<Run> runs_;
   std::vector<uint8_t> run_state_;  // 0: unknown, 1: class and successor, 2: with depth
   std::vector<uint32_t> chain_;
@@ -620,6 +637,7 @@ struct Classifier {
   }
 
   bool partial_ok(uint32_t set, PartialUtf8 p) {
+    if (!states.takes_high(set)) return false;
     uint32_t n;
     const uint32_t* m = states.members(set, &n);
     for (uint32_t i = 0; i < n; ++i) {
@@ -865,8 +883,9 @@ struct Classifier {
     std::vector<uint32_t> m{chain};
     const uint32_t set0 = states.intern(m);
     const auto& trie = tokens.trie();
-    // Tokens with no full code point (only a partial sequence) sit at the root.
-    classify_node(trie[0], set0, false, 0, false);
+    // Tokens with no full code point (only a partial sequence) sit at the root; the set
+    // may take none of them (hundreds of tokens skipped per context).
+    if (states.takes_high(set0)) classify_node(trie[0], set0, false, 0, false);
     const CharSet& top = g.charsets[g.elems[pool.pos(chain)].arg];
     const auto& kids = tokens.root_children();
     if (!top.any && !top.negated) {
@@ -916,6 +935,23 @@ class ContextClassifier {
       chain_pos_.push_back(pool.pos(c));
     // The rule of the chain's bottom decides where a token that leaves the context goes on.
     const uint32_t after = after_end(d_.g.elem_rule[chain_pos_.back()]);
+    // Chains of equal classes with the same continuation past their end have equal masks
+    // (whitespace before an expression in two alternatives, a digit in each copy of a
+    // number): one walk serves them all.
+    std::vector<uint32_t> ckey = classes_of(chain_pos_.size());
+    ckey.push_back(after);
+    if (const ContextMask * known; chains_.find(ckey, &known)) {
+      return std::make_unique<ContextMask>(*known);
+    }
+    std::unique_ptr<ContextMask> cm = compute_chain(after);
+    // Not owned here: the compiled grammar keeps every computed mask and outlives this.
+    chains_.add(std::move(ckey),
+                std::shared_ptr<const ContextMask>(std::shared_ptr<void>(), cm.get()));
+    return cm;
+  }
+
+  // The mask of the chain in chain_pos_, from a prefix's mask or by a walk of the chain.
+  std::unique_ptr<ContextMask> compute_chain(uint32_t after) {
     // Many chains share their top frames (a string's characters inside every property that
     // holds a string): the tokens decided by the top frames alone are classified once per
     // such prefix, and only the few that leave it are followed through the whole chain.
@@ -956,15 +992,41 @@ class ContextClassifier {
       cm->accepted_bits.assign(bitmask_words(n_vocab), 0);
       for (Token t : cl_.accepted) bitmask_set(cm->accepted_bits.data(), t);
     } else {
-      cm->accepted_ids = cl_.accepted;
       // Sorted: setting the bits in order touches each mask word once.
-      std::sort(cm->accepted_ids.begin(), cm->accepted_ids.end());
+      cm->accepted_ids = cl_.accepted;
+      sort_ids(cm->accepted_ids);
     }
     // Uncertain tokens stay in trie order: neighbours share prefixes, which the run-time
     // check reuses.
     cm->uncertain_ids = cl_.uncertain;
     return cm;
   }
+
+  // Sorts distinct token ids. Past a few dozen, through a scratch bitset over the
+  // vocabulary (linear in the ids and the words they span) instead of a comparison sort,
+  // which was a sixth of json.gbnf's compile.
+  void sort_ids(std::vector<Token>& ids) {
+    if (ids.size() <= 64) {
+      std::sort(ids.begin(), ids.end());
+      return;
+    }
+    if (sort_bits_.empty()) sort_bits_.assign((d_.tokens->n_vocab() + 63) / 64, 0);
+    size_t lo = sort_bits_.size(), hi = 0;
+    for (Token t : ids) {
+      const size_t w = static_cast<size_t>(t) >> 6;
+      sort_bits_[w] |= uint64_t{1} << (static_cast<uint32_t>(t) & 63);
+      lo = std::min(lo, w);
+      hi = std::max(hi, w);
+    }
+    ids.clear();
+    for (size_t w = lo; w <= hi; ++w) {
+      for (uint64_t b = sort_bits_[w]; b != 0; b &= b - 1) {
+        ids.push_back(static_cast<Token>(w * 64 + static_cast<size_t>(__builtin_ctzll(b))));
+      }
+      sort_bits_[w] = 0;
+    }
+  }
+  std::vector<uint64_t> sort_bits_;
 
   static constexpr int kMaxPrefixTries = 3;
   size_t prefix_used_ = 0, prefix_failed_ = 0;  // contexts composed from a prefix, or not
@@ -973,9 +1035,12 @@ class ContextClassifier {
   // longer token uncertain; null when too many tokens leave them. Memoized per prefix, and
   // across grammars by the rules the prefix reaches (CompileOptions::share_masks).
   const ContextMask* prefix_mask(size_t len) {
-    std::vector<uint32_t> key(chain_pos_.begin(), chain_pos_.begin() + static_cast<long>(len));
+    // Memoized by classes: prefixes at different positions with the same rest (one rule
+    // called from two places) share one walk.
+    std::vector<uint32_t> ckey = classes_of(len);
     const ContextMask* known;
-    if (prefixes_.find(key, &known)) return known;
+    if (prefixes_.find(ckey, &known)) return known;
+    std::vector<uint32_t> key(chain_pos_.begin(), chain_pos_.begin() + static_cast<long>(len));
     SharedMasks& shared = d_.tokens->shared_masks();
     std::string skey;
     if (d_.options.share_masks) {
@@ -984,7 +1049,7 @@ class ContextClassifier {
       auto it = shared.masks.find(skey);
       if (it != shared.masks.end()) {
         const ContextMask* m = it->second.get();
-        prefixes_.add(std::move(key), it->second);
+        prefixes_.add(std::move(ckey), it->second);
         return m;
       }
     }
@@ -1017,7 +1082,7 @@ class ContextClassifier {
       }
     }
     const ContextMask* m = sm.get();
-    prefixes_.add(std::move(key), std::move(sm));
+    prefixes_.add(std::move(ckey), std::move(sm));
     return m;
   }
 
@@ -1089,9 +1154,10 @@ class ContextClassifier {
       }
       for (Token t : cl_.accepted) bitmask_set(cm->accepted_bits.data(), t);
     } else {
+      cm->accepted_ids.reserve(base.accepted_ids.size() + cl_.accepted.size());
       cm->accepted_ids = base.accepted_ids;
       cm->accepted_ids.insert(cm->accepted_ids.end(), cl_.accepted.begin(), cl_.accepted.end());
-      std::sort(cm->accepted_ids.begin(), cm->accepted_ids.end());
+      sort_ids(cm->accepted_ids);
     }
     cm->uncertain_ids = cl_.uncertain;  // still in trie order
     return cm;
@@ -1140,7 +1206,77 @@ class ContextClassifier {
   std::vector<uint32_t> after_end_;
   CharSet leave_follow_;
   std::vector<std::vector<uint32_t>> callers_;
-  MasksByPositions prefixes_;
+  MasksByPositions prefixes_;  // by the classes of the prefix's positions
+  MasksByPositions chains_;    // by the classes of a chain's positions and its `after`
+
+  // Structural classes of grammar positions: two positions are in one class when the rest
+  // of their alternatives match element by element, with equal character sets, equal
+  // tokens, and calls of rules in one class. Rules are in one class when their
+  // alternatives, in order, are. The coarsest such partition is found by refinement from
+  // a single class; walks from positions of one class classify every token alike.
+  std::vector<uint32_t> pos_class_;
+
+  std::vector<uint32_t> classes_of(size_t len) {
+    if (pos_class_.empty()) compute_classes();
+    std::vector<uint32_t> out(len);
+    for (size_t k = 0; k < len; ++k) out[k] = pos_class_[chain_pos_[k]];
+    return out;
+  }
+
+  void compute_classes() {
+    const GrammarTables& g = d_.g;
+    const size_t nr = g.rule_alt_begin.size() - 1;
+    std::map<std::vector<uint64_t>, uint32_t> cs_ids;
+    std::vector<uint32_t> cs_class(g.charsets.size());
+    std::vector<uint64_t> sig;
+    for (size_t i = 0; i < g.charsets.size(); ++i) {
+      const CharSet& cs = g.charsets[i];
+      sig.assign(1, (cs.any ? 1u : 0u) | (cs.negated ? 2u : 0u));
+      for (const auto& r : cs.ranges) sig.push_back((uint64_t(r.lo) << 32) | r.hi);
+      cs_class[i] = cs_ids.emplace(sig, static_cast<uint32_t>(cs_ids.size())).first->second;
+    }
+    auto arg_of = [&](const Elem& e, const std::vector<uint32_t>& rule_class) -> uint64_t {
+      if (e.kind == detail::kRef) return rule_class[e.arg];
+      if (e.kind == detail::kChars) return cs_class[e.arg];
+      return e.arg;
+    };
+    std::vector<uint32_t> color(nr, 0), next(nr);
+    size_t n_colors = 1;
+    bool stable = false;
+    for (int round = 0; round < kMaxClassRounds && !stable; ++round) {
+      std::map<std::vector<uint64_t>, uint32_t> ids;
+      for (uint32_t r = 0; r < nr; ++r) {
+        sig.assign(1, color[r]);
+        for (uint32_t a = g.rule_alt_begin[r]; a < g.rule_alt_begin[r + 1]; ++a) {
+          for (uint32_t p = g.alt_starts[a];; ++p) {
+            const Elem& e = g.elems[p];
+            sig.push_back(e.kind);
+            if (e.kind == detail::kEnd) break;
+            sig.push_back(arg_of(e, color));
+          }
+        }
+        next[r] = ids.emplace(sig, static_cast<uint32_t>(ids.size())).first->second;
+      }
+      color.swap(next);
+      stable = ids.size() == n_colors;  // no class split: the partition is stable
+      n_colors = ids.size();
+    }
+    // Not stable within the bound: every rule its own class (exact, shares less).
+    if (!stable) {
+      for (uint32_t r = 0; r < nr; ++r) color[r] = r;
+    }
+    // A position's class: its element and the class of the position after it.
+    std::map<std::tuple<uint32_t, uint64_t, uint32_t>, uint32_t> pos_ids;
+    pos_class_.assign(g.elems.size(), 0);
+    for (size_t p = g.elems.size(); p-- > 0;) {
+      const Elem& e = g.elems[p];
+      const bool end = e.kind == detail::kEnd;
+      const auto key = std::make_tuple(uint32_t(e.kind), end ? 0 : arg_of(e, color),
+                                       end ? 0u : pos_class_[p + 1]);
+      pos_class_[p] = pos_ids.emplace(key, static_cast<uint32_t>(pos_ids.size())).first->second;
+    }
+  }
+  static constexpr int kMaxClassRounds = 64;
 };
 
 CompiledData::CompiledData() = default;
