@@ -122,18 +122,28 @@ class GbnfParser {
     return id;
   }
 
+  // Line and column (in code points) of a byte offset. Offsets come almost always in
+  // increasing order (one per rule and per group), so the count goes on from the last
+  // answer; scanning from the start each time made large grammars quadratic to parse.
   std::pair<size_t, size_t> line_col(size_t offset) const {
-    size_t line = 1, column = 1;
-    for (size_t i = 0; i < offset && i < src_.size(); ++i) {
+    offset = std::min(offset, src_.size());
+    if (offset < lc_offset_) {
+      lc_offset_ = 0;
+      lc_line_ = 1;
+      lc_column_ = 1;
+    }
+    for (size_t i = lc_offset_; i < offset; ++i) {
       if (src_[i] == '\n') {
-        ++line;
-        column = 1;
+        ++lc_line_;
+        lc_column_ = 1;
       } else if ((static_cast<unsigned char>(src_[i]) & 0xC0) != 0x80) {
-        ++column;
+        ++lc_column_;
       }
     }
-    return {line, column};
+    lc_offset_ = offset;
+    return {lc_line_, lc_column_};
   }
+  mutable size_t lc_offset_ = 0, lc_line_ = 1, lc_column_ = 1;
 
   void define(uint32_t id, std::vector<GrammarAlternative> alts) {
     rules_[id].alternatives = std::move(alts);
