@@ -135,14 +135,18 @@ class MasksByPositions {
  public:
   // Whether `positions` has an entry; its mask in *mask.
   bool find(const std::vector<uint32_t>& positions, const ContextMask** mask) const {
+    const auto* entry = lookup(positions);
+    if (entry == nullptr) return false;
+    *mask = entry->get();
+    return true;
+  }
+  // The stored mask (possibly null) of `positions`, or null when there is no entry.
+  const std::shared_ptr<const ContextMask>* lookup(const std::vector<uint32_t>& positions) const {
     auto range = map_.equal_range(hash_ids(positions.data(), positions.size()));
     for (auto it = range.first; it != range.second; ++it) {
-      if (it->second.positions == positions) {
-        *mask = it->second.mask.get();
-        return true;
-      }
+      if (it->second.positions == positions) return &it->second.mask;
     }
-    return false;
+    return nullptr;
   }
   void add(std::vector<uint32_t> positions, std::shared_ptr<const ContextMask> mask) {
     const uint64_t h = hash_ids(positions.data(), positions.size());

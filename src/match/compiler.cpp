@@ -972,9 +972,16 @@ class ContextClassifier {
     return classify(chain_pos_, after);
   }
 
-  // The mask of a whole stack: nothing lies below it, so no token is uncertain.
-  std::unique_ptr<ContextMask> compute_stack(const std::vector<uint32_t>& positions) {
-    return classify(positions, 0);
+  // The mask of a whole stack: nothing lies below it, so no token is uncertain. Stacks of
+  // equal classes share one walk; *fresh tells whether this one walked.
+  std::shared_ptr<const ContextMask> stack_mask(const std::vector<uint32_t>& positions,
+                                                bool* fresh) {
+    std::vector<uint32_t> key = classes_of(positions, positions.size());
+    if (const auto* known = stacks_.lookup(key)) return *known;
+    std::shared_ptr<const ContextMask> cm = classify(positions, 0);
+    *fresh = true;
+    stacks_.add(std::move(key), cm);
+    return cm;
   }
 
  private:
@@ -1208,6 +1215,7 @@ class ContextClassifier {
   std::vector<std::vector<uint32_t>> callers_;
   MasksByPositions prefixes_;  // by the classes of the prefix's positions
   MasksByPositions chains_;    // by the classes of a chain's positions and its `after`
+  MasksByPositions stacks_;    // whole stacks (deep masks) by the classes of their positions
 
   // Structural classes of grammar positions: two positions are in one class when the rest
   // of their alternatives match element by element, with equal character sets, equal
@@ -1216,10 +1224,12 @@ class ContextClassifier {
   // a single class; walks from positions of one class classify every token alike.
   std::vector<uint32_t> pos_class_;
 
-  std::vector<uint32_t> classes_of(size_t len) {
+  // The classes of the first len positions (of chain_pos_ by default).
+  std::vector<uint32_t> classes_of(size_t len) { return classes_of(chain_pos_, len); }
+  std::vector<uint32_t> classes_of(const std::vector<uint32_t>& positions, size_t len) {
     if (pos_class_.empty()) compute_classes();
     std::vector<uint32_t> out(len);
-    for (size_t k = 0; k < len; ++k) out[k] = pos_class_[chain_pos_[k]];
+    for (size_t k = 0; k < len; ++k) out[k] = pos_class_[positions[k]];
     return out;
   }
 
@@ -1311,15 +1321,17 @@ const ContextMask* CompiledData::deep_mask(const std::vector<uint32_t>& position
   const ContextMask* known;
   if (deep.find(positions, &known)) return known;
   if (!classifier) return nullptr;
-  std::unique_ptr<ContextMask> cm;
+  std::shared_ptr<const ContextMask> cm;
   try {
     if (masks_bytes_.load() > options.max_memory_bytes) return nullptr;
-    cm = classifier->compute_stack(positions);
+    bool fresh = false;
+    cm = classifier->stack_mask(positions, &fresh);
+    if (fresh) masks_bytes_ += cm->memory_bytes();
   } catch (const GrammarLimitError&) {
     cm = nullptr;  // remembered: the caller checks the uncertain tokens instead
   }
   const ContextMask* m = cm.get();
-  if (cm) masks_bytes_ += cm->memory_bytes() + positions.size() * 4;
+  masks_bytes_ += positions.size() * 4;
   deep.add(positions, std::move(cm));
   return m;
 }
