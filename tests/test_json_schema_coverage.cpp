@@ -498,4 +498,66 @@ TEST(JsonSchemaShapes, UnionOfObjectsIsMergedWithTheSameLanguage) {
   }
 }
 
+TEST(JsonSchemaShapes, LargeObjectsSkipKeysByBlocks) {
+  // 150 properties (past the direct listing): p40 and p100 required, extra keys integers,
+  // 3..5 members. Documents with keys in and out of schema order, skipped blocks, extra
+  // keys between, against the definition.
+  std::string props;
+  for (int i = 0; i < 150; ++i)
+    props += (i ? "," : "") + std::string("\"p") + std::to_string(i) + "\":{\"type\":\"string\"}";
+  for (const char* ws : {"compact", "flexible"}) {
+    lacuna::SchemaOptions o = std::string(ws) == "compact" ? compact() : lacuna::SchemaOptions{};
+    Lang l(R"({"type":"object","required":["p40","p100"],"minProperties":3,"maxProperties":5,
+               "additionalProperties":{"type":"integer"},"properties":{)" +
+               props + "}}",
+           o);
+    const std::vector<std::string> pool = {"p0",  "p15",  "p16",  "p17", "p40", "p41",
+                                           "p99", "p100", "p149", "x",   "y"};
+    size_t accepted = 0, docs = 0;
+    uint32_t seed = 12345;
+    for (int round = 0; round < 3000; ++round) {
+      seed = seed * 1103515245u + 12345u;
+      size_t len = 2 + (seed >> 16) % 5;
+      std::vector<std::string> keys;
+      for (size_t k = 0; k < len; ++k) {
+        seed = seed * 1103515245u + 12345u;
+        keys.push_back(pool[(seed >> 16) % pool.size()]);
+      }
+      // Half the documents: named keys sorted into schema order.
+      if (round % 2 == 0) {
+        std::vector<std::string> named;
+        for (const std::string& k : keys)
+          if (k[0] == 'p') named.push_back(k);
+        std::sort(named.begin(), named.end(), [](const std::string& a, const std::string& b) {
+          return std::stoi(a.substr(1)) < std::stoi(b.substr(1));
+        });
+        size_t at = 0;
+        for (std::string& k : keys)
+          if (k[0] == 'p') k = named[at++];
+      }
+      std::string doc = "{";
+      long last = -1;
+      bool ordered = true, has40 = false, has100 = false;
+      for (const std::string& k : keys) {
+        if (doc.size() > 1) doc += std::string(ws) == "compact" ? "," : ", ";
+        bool named = k[0] == 'p';
+        doc += "\"" + k + "\":" + (named ? "\"v\"" : "1");
+        if (named) {
+          long idx = std::stol(k.substr(1));
+          ordered &= idx > last;
+          last = idx;
+          has40 |= idx == 40;
+          has100 |= idx == 100;
+        }
+      }
+      doc += "}";
+      bool want = ordered && has40 && has100 && keys.size() >= 3 && keys.size() <= 5;
+      ASSERT_EQ(l.accepts(doc), want) << ws << " " << doc;
+      accepted += want;
+      ++docs;
+    }
+    EXPECT_GT(accepted, 50u) << ws;
+  }
+}
+
 }  // namespace
