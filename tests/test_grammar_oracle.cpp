@@ -440,7 +440,13 @@ ws ::= [ ]*)g",
       R"g(root ::= s1 ":" ws s2 | s2 "=" ws s1 ws "." | "<" s1 ">"
 s1 ::= "\"" [a-z ]* "\""
 s2 ::= "\"" [a-z ]* "\""
-ws ::= [ \t]{0,3})g"};
+ws ::= [ \t]{0,3})g",
+      // Repetition families (x{0,n} expands to r_n ::= x r_{n-1} | ""): chains at levels a
+      // token cannot tell apart share a mask; nested counts are two families in one chain.
+      R"g(root ::= "\"" ("" | g{0,12} w) "\"" | "<" (g{0,3}){0,4} ">"
+g ::= w s
+w ::= [^ "\\<>]+
+s ::= [ ]+)g"};
   WalkStats stats;
   uint64_t seed = 901;
   for (const auto& g : grammars) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "lacuna/matcher.h"
 #include "match/compiled_data.h"
@@ -616,6 +617,7 @@ struct Classifier {
   size_t uncertain_cap = SIZE_MAX;  // a walk stops (over_cap) with more uncertain tokens
   bool over_cap = false;
   const CharSet* leave_follow = nullptr;  // what may follow once the stacks past the end are left
+  std::vector<uint32_t>* observed = nullptr;  // when set: every in-context set of the walk
   std::unordered_map<uint64_t, uint32_t> unions;
   std::vector<uint32_t> union_buf;
 
@@ -774,6 +776,7 @@ struct Classifier {
 
   Frame make_frame(uint32_t set, uint32_t fset, uint32_t depth, bool exited, bool fexited,
                    bool pending) {
+    if (observed != nullptr && set != 0) observed->push_back(set);
     const uint32_t fnext = exited ? merge(fset, after_end) : fset;
     return {set,
             fset,
@@ -858,8 +861,10 @@ struct Classifier {
       if (c.set == 0 && !c.exited && c.fset == 0 && !c.fexited && !c.pending) continue;
       classify_node(node, c.set, c.exited, c.fset, c.pending || c.fexited);
       if (node.end == j + 1) continue;  // a leaf
-      if (c.set != 0 && !c.exited && c.fset == 0 && !c.fexited && !c.pending &&
-          bulk_accept(j, c.set, c.depth)) {
+      // An observed walk (see family_chain) visits every node: a run accepts a subtree on
+      // how far its successors go, sets the walk would not see.
+      if (observed == nullptr && c.set != 0 && !c.exited && c.fset == 0 && !c.fexited &&
+          !c.pending && bulk_accept(j, c.set, c.depth)) {
         continue;
       }
       if (c.set == 0 && (c.pending || (exit_any && c.exited))) {
@@ -912,8 +917,8 @@ class ContextClassifier {
       : d_(d),
         walk_pool_(&d.g, nullptr, false),
         states_(walk_pool_, d.g, d.options.max_walk_states, d.options.max_walk_states),
-        cl_{*d.tokens, d.g, walk_pool_, states_,  d.no_text, {},      {}, {}, {},
-            {},        0,   false,      SIZE_MAX, false,     nullptr, {}, {}},
+        cl_{*d.tokens, d.g, walk_pool_, states_,  d.no_text, {},      {},      {}, {},
+            {},        0,   false,      SIZE_MAX, false,     nullptr, nullptr, {}, {}},
         after_end_(d.g.rule_alt_begin.size() - 1, kUnset) {
     // What may follow once the stacks past a context's end are left too: anything that
     // may follow some rule.
@@ -938,6 +943,12 @@ class ContextClassifier {
     // Chains of equal classes with the same continuation past their end have equal masks
     // (whitespace before an expression in two alternatives, a digit in each copy of a
     // number): one walk serves them all.
+    // A chain through a repetition family (a word of `(\S+\s+){0,99}`) is shared with the
+    // chains at other levels of the family that a token cannot tell apart.
+    if (std::vector<uint32_t> fkey; family_key(chain_pos_, &fkey)) {
+      fkey.push_back(after);
+      return family_chain(chain_pos_, std::move(fkey), after);
+    }
     std::vector<uint32_t> ckey = classes_of(chain_pos_.size());
     ckey.push_back(after);
     if (const ContextMask * known; chains_.find(ckey, &known)) {
@@ -949,6 +960,56 @@ class ContextClassifier {
                 std::shared_ptr<const ContextMask>(std::shared_ptr<void>(), cm.get()));
     return cm;
   }
+
+  // A chain that refers to level L (= flevel_) of a family: walks entering levels L, L-1,
+  // ..., L-D all see the same shape (X r_{j-1} | "") as long as L-D >= 2, so a mask whose
+  // walk went D levels down serves every chain of the same key at a level L' >= D + 2.
+  // The walk tells D: entering r_j means leaving an X called from r_{j+1}, so a position
+  // of r_{j+1} was on some stack of the walk.
+  std::unique_ptr<ContextMask> family_chain(const std::vector<uint32_t>& positions,
+                                            std::vector<uint32_t> key, uint32_t after) {
+    auto& bucket = families_[key];
+    for (const auto& [depth, mask] : bucket) {
+      if (flevel_ >= depth + 2) return std::make_unique<ContextMask>(*mask);
+    }
+    struct Observe {
+      Classifier& c;
+      Observe(Classifier& cl, std::vector<uint32_t>* v) : c(cl) {
+        v->clear();
+        c.observed = v;
+      }
+      ~Observe() { c.observed = nullptr; }
+    };
+    std::unique_ptr<ContextMask> cm;
+    {
+      Observe obs(cl_, &observed_);
+      cm = classify(positions, after);
+    }
+    // The lowest level of this family on a stack of the walk (L + 1: the chain's own).
+    uint32_t low = flevel_ + 1;
+    std::sort(observed_.begin(), observed_.end());
+    observed_.erase(std::unique(observed_.begin(), observed_.end()), observed_.end());
+    seen_nodes_.clear();
+    for (uint32_t set : observed_) {
+      uint32_t n;
+      const uint32_t* m = states_.members(set, &n);
+      for (uint32_t i = 0; i < n; ++i) {
+        for (uint32_t node = m[i]; node != StackPool::kEmpty; node = walk_pool_.parent(node)) {
+          if (!seen_nodes_.insert(node).second) break;
+          const uint32_t r = d_.g.elem_rule[walk_pool_.pos(node)];
+          if (fam_level_[r] != 0 && fam_base_[r] == fbase_) low = std::min(low, fam_level_[r]);
+        }
+      }
+    }
+    // Levels entered: L down to low - 1, all above the base when low >= 3.
+    if (low >= 3) bucket.emplace_back(flevel_ - (low - 1), cm.get());
+    return cm;
+  }
+  uint32_t flevel_ = 0, fbase_ = 0;
+  std::vector<uint32_t> observed_;
+  std::unordered_set<uint32_t> seen_nodes_;
+  // Family chains by key: (levels their walk went down, mask owned by the compiled grammar).
+  std::map<std::vector<uint32_t>, std::vector<std::pair<uint32_t, const ContextMask*>>> families_;
 
   // The mask of the chain in chain_pos_, from a prefix's mask or by a walk of the chain.
   std::unique_ptr<ContextMask> compute_chain(uint32_t after) {
@@ -976,10 +1037,17 @@ class ContextClassifier {
   // equal classes share one walk; *fresh tells whether this one walked.
   std::shared_ptr<const ContextMask> stack_mask(const std::vector<uint32_t>& positions,
                                                 bool* fresh) {
-    std::vector<uint32_t> key = classes_of(positions, positions.size());
-    if (const auto* known = stacks_.lookup(key)) return *known;
-    std::shared_ptr<const ContextMask> cm = classify(positions, 0);
     *fresh = true;
+    if (std::vector<uint32_t> fkey; family_key(positions, &fkey)) {
+      // Owned from here on by CompiledData::deep, which outlives the family's entry.
+      return family_chain(positions, std::move(fkey), 0);
+    }
+    std::vector<uint32_t> key = classes_of(positions, positions.size());
+    if (const auto* known = stacks_.lookup(key)) {
+      *fresh = false;
+      return *known;
+    }
+    std::shared_ptr<const ContextMask> cm = classify(positions, 0);
     stacks_.add(std::move(key), cm);
     return cm;
   }
@@ -1250,6 +1318,7 @@ class ContextClassifier {
       if (e.kind == detail::kChars) return cs_class[e.arg];
       return e.arg;
     };
+    find_families(cs_class);
     std::vector<uint32_t> color(nr, 0), next(nr);
     size_t n_colors = 1;
     bool stable = false;
@@ -1257,6 +1326,10 @@ class ContextClassifier {
       std::map<std::vector<uint64_t>, uint32_t> ids;
       for (uint32_t r = 0; r < nr; ++r) {
         sig.assign(1, color[r]);
+        // Members of repetition families above the base keep classes of their own: they
+        // differ only in depth, which refinement would take one round per level to see
+        // (x{0,99}); chains through them are shared by level instead (family_key).
+        if (fam_level_[r] >= 2) sig.push_back(uint64_t{1} << 40 | r);
         for (uint32_t a = g.rule_alt_begin[r]; a < g.rule_alt_begin[r + 1]; ++a) {
           for (uint32_t p = g.alt_starts[a];; ++p) {
             const Elem& e = g.elems[p];
@@ -1285,8 +1358,113 @@ class ContextClassifier {
                                        end ? 0u : pos_class_[p + 1]);
       pos_class_[p] = pos_ids.emplace(key, static_cast<uint32_t>(pos_ids.size())).first->second;
     }
+    rule_class_ = std::move(color);
+    cs_class_ = std::move(cs_class);
   }
   static constexpr int kMaxClassRounds = 64;
+  std::vector<uint32_t> rule_class_, cs_class_;
+
+  // Repetition families, the shape of x{m,n}'s expansion: r_1 ::= X | "" and, for j >= 2,
+  // r_j ::= X r_{j-1} | "" with the same elements X. fam_level_[r] = j (0: none);
+  // fam_base_[r] = r_1.
+  std::vector<uint32_t> fam_level_, fam_base_;
+
+  void find_families(const std::vector<uint32_t>& cs_class) {
+    const GrammarTables& g = d_.g;
+    const size_t nr = g.rule_alt_begin.size() - 1;
+    fam_level_.assign(nr, 0);
+    fam_base_.assign(nr, 0);
+    // [first element, end) of alternative 0 when r has exactly that and an empty one.
+    auto shape = [&](uint32_t r, uint32_t* b, uint32_t* e) {
+      if (g.rule_alt_begin[r + 1] - g.rule_alt_begin[r] != 2) return false;
+      if (g.elems[g.alt_starts[g.rule_alt_begin[r] + 1]].kind != detail::kEnd) return false;
+      *b = *e = g.alt_starts[g.rule_alt_begin[r]];
+      while (g.elems[*e].kind != detail::kEnd) ++*e;
+      return *e > *b;
+    };
+    auto same = [&](uint32_t p, uint32_t q, uint32_t n) {
+      for (uint32_t i = 0; i < n; ++i) {
+        const Elem& x = g.elems[p + i];
+        const Elem& y = g.elems[q + i];
+        if (x.kind != y.kind) return false;
+        if (x.kind == detail::kChars ? cs_class[x.arg] != cs_class[y.arg] : x.arg != y.arg)
+          return false;
+      }
+      return true;
+    };
+    std::vector<uint32_t> path;
+    std::vector<uint8_t> done(nr, 0);
+    for (uint32_t r0 = 0; r0 < nr; ++r0) {
+      if (done[r0]) continue;
+      // Follow r -> its tail rule while each pair has the shape with the same X.
+      path.clear();
+      uint32_t r = r0, base = 0, base_level = 0;
+      bool ok = false;
+      while (true) {
+        uint32_t b, e, b2, e2;
+        if (done[r] || !shape(r, &b, &e)) break;
+        path.push_back(r);
+        done[r] = 1;
+        const Elem& last = g.elems[e - 1];
+        if (e - b < 2 || last.kind != detail::kRef || last.arg == r) break;
+        const uint32_t t = last.arg, n = e - 1 - b;
+        if (!shape(t, &b2, &e2) || !same(b, b2, n)) break;
+        if (e2 - b2 == n) {  // t is the base: t ::= X | ""
+          base = t;
+          base_level = 1;
+          ok = true;
+          break;
+        }
+        if (e2 - b2 != n + 1 || g.elems[e2 - 1].kind != detail::kRef) break;
+        if (fam_level_[t] >= 2) {  // joins a family already found
+          base = fam_base_[t];
+          base_level = fam_level_[t];
+          ok = true;
+          break;
+        }
+        r = t;
+      }
+      if (!ok) continue;
+      fam_level_[base] = 1;
+      fam_base_[base] = base;
+      done[base] = 1;
+      for (size_t k = path.size(); k-- > 0;) {
+        fam_level_[path[k]] = ++base_level;
+        fam_base_[path[k]] = base;
+      }
+    }
+  }
+
+  // The key of a chain (or stack) with its one direct reference to a family member above
+  // the base abstracted to the family (the member's level in flevel_, its base in fbase_):
+  // false when the rests of its positions refer to no such member or to more than one.
+  bool family_key(const std::vector<uint32_t>& positions, std::vector<uint32_t>* key) {
+    const GrammarTables& g = d_.g;
+    if (pos_class_.empty()) compute_classes();
+    key->clear();
+    int found = 0;
+    uint32_t* level = &flevel_;
+    uint32_t* base = &fbase_;
+    for (uint32_t p0 : positions) {
+      for (uint32_t p = p0;; ++p) {
+        const Elem& e = g.elems[p];
+        key->push_back(e.kind);
+        if (e.kind == detail::kEnd) break;
+        if (e.kind == detail::kRef && fam_level_[e.arg] >= 2) {
+          if (++found > 1) return false;
+          *level = fam_level_[e.arg];
+          *base = fam_base_[e.arg];
+          key->push_back(0xFFFFFFFFu);
+          key->push_back(rule_class_[*base]);
+        } else {
+          key->push_back(static_cast<uint32_t>(e.kind == detail::kRef     ? rule_class_[e.arg]
+                                               : e.kind == detail::kChars ? cs_class_[e.arg]
+                                                                          : e.arg));
+        }
+      }
+    }
+    return found == 1;
+  }
 };
 
 CompiledData::CompiledData() = default;
