@@ -442,8 +442,9 @@ s1 ::= "\"" [a-z ]* "\""
 s2 ::= "\"" [a-z ]* "\""
 ws ::= [ \t]{0,3})g",
       // Repetition families (x{0,n} expands to r_n ::= x r_{n-1} | ""): chains at levels a
-      // token cannot tell apart share a mask; nested counts are two families in one chain.
-      R"g(root ::= "\"" ("" | g{0,12} w) "\"" | "<" (g{0,3}){0,4} ">"
+      // token cannot tell apart share a mask (families of 24 levels or more, from level 8);
+      // nested counts are two families in one chain.
+      R"g(root ::= "\"" ("" | g{0,30} w) "\"" | "<" (g{0,3}){0,4} ">"
 g ::= w s
 w ::= [^ "\\<>]+
 s ::= [ ]+)g"};

@@ -8,7 +8,6 @@
 #include <map>
 #include <tuple>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "lacuna/matcher.h"
 #include "match/compiled_data.h"
@@ -593,7 +592,7 @@ struct Classifier {
   StackPool& pool;
   WalkStates& states;
   const std::vector<uint8_t>& no_text;
-  std::vector<Token> accepted, uncertain;
+  std::vector<Token> accepted{}, uncertain{};
 
   // The parse state after a trie node's code points: inside the context (`set`), and past
   // its end (the stacks the rule of the chain's bottom returns to, with what lies below
@@ -610,16 +609,71 @@ struct Classifier {
     const CharSet* first;   // what `set` can consume next (null: nothing)
     const CharSet* ffirst;  // what `fnext` can consume next (null: nothing)
   };
-  std::vector<Frame> frames, path;
-  std::vector<std::pair<uint32_t, uint32_t>> todo;  // (trie node, parent frame)
+  std::vector<Frame> frames{}, path{};
+  std::vector<std::pair<uint32_t, uint32_t>> todo{};  // (trie node, parent frame)
   uint32_t after_end = 0;           // set: the stacks returned to when the context ends
   bool exit_any = false;            // leaving the context makes every longer token uncertain
   size_t uncertain_cap = SIZE_MAX;  // a walk stops (over_cap) with more uncertain tokens
   bool over_cap = false;
   const CharSet* leave_follow = nullptr;  // what may follow once the stacks past the end are left
-  std::vector<uint32_t>* observed = nullptr;  // when set: every in-context set of the walk
-  std::unordered_map<uint64_t, uint32_t> unions;
-  std::vector<uint32_t> union_buf;
+  // Observation for family_chain: the lowest level of the family with base obs_base on
+  // any stack of an in-context set of the walk (kNoObserve: off).
+  static constexpr uint32_t kNoObserve = 0xFFFFFFFFu;
+  uint32_t obs_base = kNoObserve;
+  uint32_t obs_low = 0;
+  const std::vector<uint32_t>* fam_level = nullptr;
+  const std::vector<uint32_t>* fam_base = nullptr;
+  // Memos, each entry tagged with the family base it was computed for.
+  std::vector<std::pair<uint32_t, uint32_t>> node_low_{}, set_low_{};  // (base, low)
+
+  uint32_t level_at(uint32_t node) const {
+    const uint32_t r = g.elem_rule[pool.pos(node)];
+    return (*fam_level)[r] != 0 && (*fam_base)[r] == obs_base ? (*fam_level)[r] : kNoObserve;
+  }
+  // The lowest family level on the stack `node` (memoized per node for obs_base).
+  uint32_t node_low(uint32_t node) {
+    if (node_low_.size() < pool.size()) node_low_.resize(pool.size() * 2, {kNoObserve, 0});
+    std::vector<uint32_t>& up = low_path_;
+    up.clear();
+    uint32_t n = node, below = kNoObserve;
+    while (n != StackPool::kEmpty) {
+      if (node_low_[n].first == obs_base) {
+        below = node_low_[n].second;
+        break;
+      }
+      up.push_back(n);
+      n = pool.parent(n);
+    }
+    for (size_t k = up.size(); k-- > 0;) {
+      below = std::min(below, level_at(up[k]));
+      node_low_[up[k]] = {obs_base, below};
+    }
+    return below;
+  }
+  uint32_t set_low(uint32_t set) {
+    if (set_low_.size() <= set) set_low_.resize(set * 2 + 16, {kNoObserve, 0});
+    if (set_low_[set].first != obs_base) {
+      uint32_t n, low = kNoObserve;
+      const uint32_t* m = states.members(set, &n);
+      for (uint32_t i = 0; i < n; ++i) low = std::min(low, node_low(m[i]));
+      set_low_[set] = {obs_base, low};
+    }
+    return set_low_[set].second;
+  }
+  void observe(uint32_t base) {
+    obs_base = base;
+    obs_low = kNoObserve;
+  }
+  // A walk that reached the family's base levels cannot be shared: it stops observing
+  // (obs_low stays below kMinSharedLow).
+  static constexpr uint32_t kMinSharedLow = 3;
+  void note_low(uint32_t low) {
+    obs_low = std::min(obs_low, low);
+    if (obs_low < kMinSharedLow) obs_base = kNoObserve;
+  }
+  std::vector<uint32_t> low_path_{};
+  std::unordered_map<uint64_t, uint32_t> unions{};
+  std::vector<uint32_t> union_buf{};
 
   uint32_t merge(uint32_t a, uint32_t b) {
     if (a == 0 || a == b) return b;
@@ -684,6 +738,14 @@ struct Classifier {
   bool bulk_accept(uint32_t j, uint32_t set, uint32_t depth) {
     const auto& sc = tokens.subtree_chars()[j];
     const WalkStates::Run r = states.run(set);
+    // An observed walk (see family_chain) sees the sets the run stands for: whether it
+    // reaches the subtree's height depends on them.
+    if (obs_base != kNoObserve) {
+      for (uint32_t s = set, k = 0; s != 0 && k <= sc.height && obs_base != kNoObserve;
+           ++k, s = states.run(s).next) {
+        note_low(set_low(s));
+      }
+    }
     if (sc.height > r.depth) return false;
     if ((sc.ascii[0] & ~r.ascii[0]) != 0 || (sc.ascii[1] & ~r.ascii[1]) != 0) return false;
     if (sc.non_ascii && !r.non_ascii) return false;
@@ -776,7 +838,7 @@ struct Classifier {
 
   Frame make_frame(uint32_t set, uint32_t fset, uint32_t depth, bool exited, bool fexited,
                    bool pending) {
-    if (observed != nullptr && set != 0) observed->push_back(set);
+    if (obs_base != kNoObserve && set != 0) note_low(set_low(set));
     const uint32_t fnext = exited ? merge(fset, after_end) : fset;
     return {set,
             fset,
@@ -861,10 +923,8 @@ struct Classifier {
       if (c.set == 0 && !c.exited && c.fset == 0 && !c.fexited && !c.pending) continue;
       classify_node(node, c.set, c.exited, c.fset, c.pending || c.fexited);
       if (node.end == j + 1) continue;  // a leaf
-      // An observed walk (see family_chain) visits every node: a run accepts a subtree on
-      // how far its successors go, sets the walk would not see.
-      if (observed == nullptr && c.set != 0 && !c.exited && c.fset == 0 && !c.fexited &&
-          !c.pending && bulk_accept(j, c.set, c.depth)) {
+      if (c.set != 0 && !c.exited && c.fset == 0 && !c.fexited && !c.pending &&
+          bulk_accept(j, c.set, c.depth)) {
         continue;
       }
       if (c.set == 0 && (c.pending || (exit_any && c.exited))) {
@@ -917,8 +977,11 @@ class ContextClassifier {
       : d_(d),
         walk_pool_(&d.g, nullptr, false),
         states_(walk_pool_, d.g, d.options.max_walk_states, d.options.max_walk_states),
-        cl_{*d.tokens, d.g, walk_pool_, states_,  d.no_text, {},      {},      {}, {},
-            {},        0,   false,      SIZE_MAX, false,     nullptr, nullptr, {}, {}},
+        cl_{.tokens = *d.tokens,
+            .g = d.g,
+            .pool = walk_pool_,
+            .states = states_,
+            .no_text = d.no_text},
         after_end_(d.g.rule_alt_begin.size() - 1, kUnset) {
     // What may follow once the stacks past a context's end are left too: anything that
     // may follow some rule.
@@ -945,16 +1008,18 @@ class ContextClassifier {
     // number): one walk serves them all.
     // A chain through a repetition family (a word of `(\S+\s+){0,99}`) is shared with the
     // chains at other levels of the family that a token cannot tell apart.
-    if (std::vector<uint32_t> fkey; family_key(chain_pos_, &fkey)) {
-      fkey.push_back(after);
-      return family_chain(chain_pos_, std::move(fkey), after);
-    }
     std::vector<uint32_t> ckey = classes_of(chain_pos_.size());
     ckey.push_back(after);
     if (const ContextMask * known; chains_.find(ckey, &known)) {
       return std::make_unique<ContextMask>(*known);
     }
-    std::unique_ptr<ContextMask> cm = compute_chain(after);
+    std::unique_ptr<ContextMask> cm;
+    if (std::vector<uint32_t> fkey; family_key(chain_pos_, &fkey)) {
+      fkey.push_back(after);
+      cm = family_chain(chain_pos_, std::move(fkey), after);
+    } else {
+      cm = compute_chain(after);
+    }
     // Not owned here: the compiled grammar keeps every computed mask and outlives this.
     chains_.add(std::move(ckey),
                 std::shared_ptr<const ContextMask>(std::shared_ptr<void>(), cm.get()));
@@ -974,40 +1039,24 @@ class ContextClassifier {
     }
     struct Observe {
       Classifier& c;
-      Observe(Classifier& cl, std::vector<uint32_t>* v) : c(cl) {
-        v->clear();
-        c.observed = v;
-      }
-      ~Observe() { c.observed = nullptr; }
+      Observe(Classifier& cl, uint32_t base) : c(cl) { c.observe(base); }
+      ~Observe() { c.obs_base = Classifier::kNoObserve; }
     };
     std::unique_ptr<ContextMask> cm;
+    uint32_t low;
     {
-      Observe obs(cl_, &observed_);
+      cl_.fam_level = &fam_level_;
+      cl_.fam_base = &fam_base_;
+      Observe obs(cl_, fbase_);
       cm = classify(positions, after);
-    }
-    // The lowest level of this family on a stack of the walk (L + 1: the chain's own).
-    uint32_t low = flevel_ + 1;
-    std::sort(observed_.begin(), observed_.end());
-    observed_.erase(std::unique(observed_.begin(), observed_.end()), observed_.end());
-    seen_nodes_.clear();
-    for (uint32_t set : observed_) {
-      uint32_t n;
-      const uint32_t* m = states_.members(set, &n);
-      for (uint32_t i = 0; i < n; ++i) {
-        for (uint32_t node = m[i]; node != StackPool::kEmpty; node = walk_pool_.parent(node)) {
-          if (!seen_nodes_.insert(node).second) break;
-          const uint32_t r = d_.g.elem_rule[walk_pool_.pos(node)];
-          if (fam_level_[r] != 0 && fam_base_[r] == fbase_) low = std::min(low, fam_level_[r]);
-        }
-      }
+      // The lowest level of this family on a stack of the walk (L + 1: the chain's own).
+      low = std::min(cl_.obs_low, flevel_ + 1);
     }
     // Levels entered: L down to low - 1, all above the base when low >= 3.
-    if (low >= 3) bucket.emplace_back(flevel_ - (low - 1), cm.get());
+    if (low >= Classifier::kMinSharedLow) bucket.emplace_back(flevel_ - (low - 1), cm.get());
     return cm;
   }
   uint32_t flevel_ = 0, fbase_ = 0;
-  std::vector<uint32_t> observed_;
-  std::unordered_set<uint32_t> seen_nodes_;
   // Family chains by key: (levels their walk went down, mask owned by the compiled grammar).
   std::map<std::vector<uint32_t>, std::vector<std::pair<uint32_t, const ContextMask*>>> families_;
 
@@ -1037,17 +1086,19 @@ class ContextClassifier {
   // equal classes share one walk; *fresh tells whether this one walked.
   std::shared_ptr<const ContextMask> stack_mask(const std::vector<uint32_t>& positions,
                                                 bool* fresh) {
-    *fresh = true;
-    if (std::vector<uint32_t> fkey; family_key(positions, &fkey)) {
-      // Owned from here on by CompiledData::deep, which outlives the family's entry.
-      return family_chain(positions, std::move(fkey), 0);
-    }
     std::vector<uint32_t> key = classes_of(positions, positions.size());
     if (const auto* known = stacks_.lookup(key)) {
       *fresh = false;
       return *known;
     }
-    std::shared_ptr<const ContextMask> cm = classify(positions, 0);
+    *fresh = true;
+    std::shared_ptr<const ContextMask> cm;
+    if (std::vector<uint32_t> fkey; family_key(positions, &fkey)) {
+      // Owned from here on by CompiledData::deep, which outlives the family's entry.
+      cm = family_chain(positions, std::move(fkey), 0);
+    } else {
+      cm = classify(positions, 0);
+    }
     stacks_.add(std::move(key), cm);
     return cm;
   }
@@ -1367,13 +1418,14 @@ class ContextClassifier {
   // Repetition families, the shape of x{m,n}'s expansion: r_1 ::= X | "" and, for j >= 2,
   // r_j ::= X r_{j-1} | "" with the same elements X. fam_level_[r] = j (0: none);
   // fam_base_[r] = r_1.
-  std::vector<uint32_t> fam_level_, fam_base_;
+  std::vector<uint32_t> fam_level_, fam_base_, fam_size_;  // fam_size_: by base, top level
 
   void find_families(const std::vector<uint32_t>& cs_class) {
     const GrammarTables& g = d_.g;
     const size_t nr = g.rule_alt_begin.size() - 1;
     fam_level_.assign(nr, 0);
     fam_base_.assign(nr, 0);
+    fam_size_.assign(nr, 0);
     // [first element, end) of alternative 0 when r has exactly that and an empty one.
     auto shape = [&](uint32_t r, uint32_t* b, uint32_t* e) {
       if (g.rule_alt_begin[r + 1] - g.rule_alt_begin[r] != 2) return false;
@@ -1432,6 +1484,7 @@ class ContextClassifier {
         fam_level_[path[k]] = ++base_level;
         fam_base_[path[k]] = base;
       }
+      fam_size_[base] = std::max(fam_size_[base], base_level);
     }
   }
 
@@ -1463,8 +1516,11 @@ class ContextClassifier {
         }
       }
     }
-    return found == 1;
+    // Small families (json's [0-9]{0,15}, ws{0,20}) and low levels are mostly told apart by
+    // tokens anyway: exact classes serve them without the cost of an observed walk.
+    return found == 1 && flevel_ >= kMinFamilyLevel && fam_size_[fbase_] >= kMinFamilySize;
   }
+  static constexpr uint32_t kMinFamilyLevel = 8, kMinFamilySize = 24;
 };
 
 CompiledData::CompiledData() = default;
