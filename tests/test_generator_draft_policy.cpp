@@ -189,59 +189,61 @@ TEST(DecodeOptions, DraftPolicyFromEnvironment) {
   EXPECT_EQ(decode_options_from_env().draft_policy, DraftPolicy::adaptive);
 }
 
-// tiny-llama3 with a short prompt (returned in `prompt`) decoded into sequence 0 (n_ctx 128,
-// n_batch 32).
-void prefilled_context(ModelHandle& model, ContextHandle& ctx, std::vector<Token>& prompt) {
-  model = testing::load_model("tiny-llama3");
-  ASSERT_NE(model, nullptr);
-  ctx = testing::make_context(model.get(), 128, 32);
-  ASSERT_NE(ctx, nullptr);
-  prompt = testing::tokenize(llama_model_get_vocab(model.get()), "Hello there", true);
-  llama_batch b = llama_batch_get_one(prompt.data(), static_cast<int32_t>(prompt.size()));
-  ASSERT_EQ(llama_decode(ctx.get(), b), 0);
-}
-
-TEST(MeasureDecodeCost, MeasuresAndLeavesTheCacheAsItWas) {
+// tiny-llama3 with a short prompt decoded into sequence 0 (n_ctx 128, n_batch 32), and the
+// sequence's last position after it (measuring must leave it there).
+struct Prefilled {
   ModelHandle model;
   ContextHandle ctx;
   std::vector<Token> prompt;
-  ASSERT_NO_FATAL_FAILURE(prefilled_context(model, ctx, prompt));
-  llama_memory_t mem = llama_get_memory(ctx.get());
-  const llama_pos before = llama_memory_seq_pos_max(mem, 0);
+  llama_memory_t mem = nullptr;
+  llama_pos before = -1;
+};
+
+void prefill(Prefilled& p) {
+  p.model = testing::load_model("tiny-llama3");
+  ASSERT_NE(p.model, nullptr);
+  p.ctx = testing::make_context(p.model.get(), 128, 32);
+  ASSERT_NE(p.ctx, nullptr);
+  p.prompt = testing::tokenize(llama_model_get_vocab(p.model.get()), "Hello there", true);
+  llama_batch b = llama_batch_get_one(p.prompt.data(), static_cast<int32_t>(p.prompt.size()));
+  ASSERT_EQ(llama_decode(p.ctx.get(), b), 0);
+  p.mem = llama_get_memory(p.ctx.get());
+  p.before = llama_memory_seq_pos_max(p.mem, 0);
+}
+
+TEST(MeasureDecodeCost, MeasuresAndLeavesTheCacheAsItWas) {
+  Prefilled p;
+  ASSERT_NO_FATAL_FAILURE(prefill(p));
   const std::vector<size_t> sizes = {1, 2, 4};
   std::vector<double> ms;
-  const DecodeCost c = measure_decode_cost(ctx.get(), 0, sizes, 2, &ms);
+  const DecodeCost c = measure_decode_cost(p.ctx.get(), 0, sizes, 2, &ms);
   ASSERT_EQ(ms.size(), 3u);
   for (double v : ms) EXPECT_GT(v, 0.0);
   ASSERT_EQ(c.relative.size(), 4u);
   EXPECT_DOUBLE_EQ(c.relative[0], 1.0);
-  EXPECT_EQ(llama_memory_seq_pos_max(mem, 0), before);
+  EXPECT_EQ(llama_memory_seq_pos_max(p.mem, 0), p.before);
   std::vector<double> fill;
-  measure_decode_cost(ctx.get(), 0, sizes, 1, &fill, false);
+  measure_decode_cost(p.ctx.get(), 0, sizes, 1, &fill, false);
   EXPECT_EQ(fill.size(), 3u);
-  EXPECT_EQ(llama_memory_seq_pos_max(mem, 0), before);
-  EXPECT_GT(measure_decode_no_logits_ms(ctx.get(), 0, 2), 0.0);
-  EXPECT_EQ(llama_memory_seq_pos_max(mem, 0), before);
-  EXPECT_THROW(measure_decode_no_logits_ms(ctx.get(), 0, 0), std::invalid_argument);
+  EXPECT_EQ(llama_memory_seq_pos_max(p.mem, 0), p.before);
+  EXPECT_GT(measure_decode_no_logits_ms(p.ctx.get(), 0, 2), 0.0);
+  EXPECT_EQ(llama_memory_seq_pos_max(p.mem, 0), p.before);
+  EXPECT_THROW(measure_decode_no_logits_ms(p.ctx.get(), 0, 0), std::invalid_argument);
   EXPECT_THROW(measure_decode_no_logits_ms(nullptr, 0, 1), std::invalid_argument);
 
   const std::vector<size_t> too_big = {1, 64};  // n_batch is 32
   const std::vector<size_t> no_one = {2};
-  EXPECT_THROW(measure_decode_cost(ctx.get(), 0, too_big, 1), std::invalid_argument);
-  EXPECT_THROW(measure_decode_cost(ctx.get(), 0, no_one, 1), std::invalid_argument);
-  EXPECT_THROW(measure_decode_cost(ctx.get(), 0, sizes, 0), std::invalid_argument);
+  EXPECT_THROW(measure_decode_cost(p.ctx.get(), 0, too_big, 1), std::invalid_argument);
+  EXPECT_THROW(measure_decode_cost(p.ctx.get(), 0, no_one, 1), std::invalid_argument);
+  EXPECT_THROW(measure_decode_cost(p.ctx.get(), 0, sizes, 0), std::invalid_argument);
   EXPECT_THROW(measure_decode_cost(nullptr, 0, sizes, 1), std::invalid_argument);
 }
 
 TEST(CachedDecodeCost, MeasuresOncePerModelAndThreadsAndLeavesTheCache) {
   clear_decode_cost_cache();
-  ModelHandle model;
-  ContextHandle ctx;
-  std::vector<Token> prompt;
-  ASSERT_NO_FATAL_FAILURE(prefilled_context(model, ctx, prompt));
-  llama_memory_t mem = llama_get_memory(ctx.get());
-  const llama_pos before = llama_memory_seq_pos_max(mem, 0);
-  const DecodeCost c = cached_decode_cost(ctx.get(), 0, 2);
+  Prefilled p;
+  ASSERT_NO_FATAL_FAILURE(prefill(p));
+  const DecodeCost c = cached_decode_cost(p.ctx.get(), 0, 2);
   ASSERT_EQ(c.relative.size(), 8u);  // sizes up to 8
   ASSERT_EQ(c.relative_last.size(), 8u);
   EXPECT_DOUBLE_EQ(c.relative[0], 1.0);
@@ -249,21 +251,21 @@ TEST(CachedDecodeCost, MeasuresOncePerModelAndThreadsAndLeavesTheCache) {
   for (size_t i = 0; i < c.relative.size(); ++i) EXPECT_LE(c.relative_last[i], c.relative[i]);
   EXPECT_GT(c.one_no_logits, 0.0);
   EXPECT_LE(c.one_no_logits, 1.0);
-  EXPECT_EQ(llama_memory_seq_pos_max(mem, 0), before);
+  EXPECT_EQ(llama_memory_seq_pos_max(p.mem, 0), p.before);
   // Cached: a second context of the same model and threads gets the same table, decoding
   // nothing (its empty sequence stays empty and its size does not matter).
-  ContextHandle small = testing::make_context(model.get(), 128, 32);
+  ContextHandle small = testing::make_context(p.model.get(), 128, 32);
   const DecodeCost again = cached_decode_cost(small.get(), 0, 2);
   EXPECT_EQ(again.relative, c.relative);
   EXPECT_EQ(again.relative_last, c.relative_last);
   EXPECT_EQ(llama_memory_seq_pos_max(llama_get_memory(small.get()), 0), -1);
   // No room for the batches: the default, not cached.
   clear_decode_cost_cache();
-  ContextHandle tiny = testing::make_context(model.get(), 64, 32);
+  ContextHandle tiny = testing::make_context(p.model.get(), 64, 32);
   ASSERT_NE(tiny, nullptr);
   const size_t n_fill = llama_n_ctx(tiny.get()) - 4;
   std::vector<Token> fill(n_fill);
-  for (size_t i = 0; i < n_fill; ++i) fill[i] = prompt[i % prompt.size()];
+  for (size_t i = 0; i < n_fill; ++i) fill[i] = p.prompt[i % p.prompt.size()];
   for (size_t at = 0; at < n_fill; at += 32) {
     const size_t n = std::min<size_t>(32, n_fill - at);
     llama_batch bf = llama_batch_get_one(fill.data() + at, static_cast<int32_t>(n));
@@ -271,7 +273,7 @@ TEST(CachedDecodeCost, MeasuresOncePerModelAndThreadsAndLeavesTheCache) {
   }
   EXPECT_EQ(cached_decode_cost(tiny.get(), 0, 1).relative, DecodeCost::cpu_default().relative);
   EXPECT_THROW(cached_decode_cost(nullptr, 0, 1), std::invalid_argument);
-  EXPECT_THROW(cached_decode_cost(ctx.get(), 0, 0), std::invalid_argument);
+  EXPECT_THROW(cached_decode_cost(p.ctx.get(), 0, 0), std::invalid_argument);
   clear_decode_cost_cache();
 }
 

@@ -182,6 +182,18 @@ void walk(const VocabFixture& fx, const std::string& gbnf, size_t steps, uint64_
 
 // A random grammar without left recursion: rule i only references rules j > i, or itself
 // after a non-empty literal.
+// Walks each of a fixed list of grammars `walks` times (seeds from `seed` on), with the
+// grammar as the failure trace.
+WalkStats walk_each(const VocabFixture& fx, const std::vector<std::string>& grammars, int walks,
+                    size_t steps, uint64_t seed) {
+  WalkStats stats;
+  for (const auto& g : grammars) {
+    SCOPED_TRACE(g);
+    for (int k = 0; k < walks; ++k) walk(fx, g, steps, seed++, stats);
+  }
+  return stats;
+}
+
 std::string random_grammar(std::mt19937_64& rng) {
   static const std::vector<std::string> atoms = {
       "\"a\"",     "\"b\"",     "\"the\"",  "\" \"",  "\"in\"",
@@ -412,12 +424,7 @@ TEST_P(Oracle, BoundedRepetitionMasksEqual) {
 num ::= "-"? [0-9]{1,6}
 ws ::= [ \t\n]{0,6})",
                                              R"(root ::= ([a-zA-Z0-9 ] | "é"){0,10} "!")"};
-  WalkStats stats;
-  uint64_t seed = 77;
-  for (const auto& g : grammars) {
-    SCOPED_TRACE(g);
-    for (int k = 0; k < 2; ++k) walk(fx, g, 10, seed++, stats);
-  }
+  const WalkStats stats = walk_each(fx, grammars, 2, 10, 77);
   std::printf("[oracle] %s bounded repetitions: %zu steps compared\n", GetParam().c_str(),
               stats.steps);
   EXPECT_GT(stats.steps, grammars.size());
@@ -448,12 +455,7 @@ ws ::= [ \t]{0,3})g",
 g ::= w s
 w ::= [^ "\\<>]+
 s ::= [ ]+)g"};
-  WalkStats stats;
-  uint64_t seed = 901;
-  for (const auto& g : grammars) {
-    SCOPED_TRACE(g);
-    for (int k = 0; k < 3; ++k) walk(fx, g, 10, seed++, stats);
-  }
+  const WalkStats stats = walk_each(fx, grammars, 3, 10, 901);
   std::printf("[oracle] %s structurally equal chains: %zu steps compared\n", GetParam().c_str(),
               stats.steps);
   EXPECT_GT(stats.steps, grammars.size() * 3);
