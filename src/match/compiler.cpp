@@ -201,85 +201,6 @@ void mark_boundaries(GrammarTables& g, bool inline_rules) {
   }
 }
 
-// FOLLOW(rule) as code-point sets: what may come right after the rule ends.
-std::vector<CharSet> follow_sets(const GrammarTables& g) {
-  const size_t nr = g.rule_alt_begin.size() - 1;
-  std::vector<char> nullable(nr, 0);
-  std::vector<RangeSet> first(nr), follow(nr);
-  auto alt_end = [&](uint32_t p) {
-    while (g.elems[p].kind != detail::kEnd) ++p;
-    return p;
-  };
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (uint32_t r = 0; r < nr; ++r) {
-      for (uint32_t a = g.rule_alt_begin[r]; a < g.rule_alt_begin[r + 1]; ++a) {
-        uint32_t p = g.alt_starts[a];
-        bool all_nullable = true;
-        for (; g.elems[p].kind != detail::kEnd; ++p) {
-          const Elem& e = g.elems[p];
-          if (e.kind == detail::kChars) {
-            changed |= merge_into(first[r], charset_ranges(g.charsets[e.arg]));
-            all_nullable = false;
-            break;
-          }
-          if (e.kind == detail::kRef) {
-            changed |= merge_into(first[r], first[e.arg]);
-            if (!nullable[e.arg]) {
-              all_nullable = false;
-              break;
-            }
-            continue;
-          }
-          all_nullable = false;  // token elements
-          break;
-        }
-        if (all_nullable && !nullable[r]) {
-          nullable[r] = 1;
-          changed = true;
-        }
-      }
-    }
-  }
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (uint32_t r = 0; r < nr; ++r) {
-      for (uint32_t a = g.rule_alt_begin[r]; a < g.rule_alt_begin[r + 1]; ++a) {
-        const uint32_t s = g.alt_starts[a];
-        const uint32_t end = alt_end(s);
-        for (uint32_t p = s; p < end; ++p) {
-          if (g.elems[p].kind != detail::kRef) continue;
-          const uint32_t callee = g.elems[p].arg;
-          bool rest_nullable = true;
-          for (uint32_t q = p + 1; q < end; ++q) {
-            const Elem& e = g.elems[q];
-            if (e.kind == detail::kChars) {
-              changed |= merge_into(follow[callee], charset_ranges(g.charsets[e.arg]));
-              rest_nullable = false;
-              break;
-            }
-            if (e.kind == detail::kRef) {
-              changed |= merge_into(follow[callee], first[e.arg]);
-              if (!nullable[e.arg]) {
-                rest_nullable = false;
-                break;
-              }
-              continue;
-            }
-            rest_nullable = false;
-            break;
-          }
-          if (rest_nullable) changed |= merge_into(follow[callee], follow[r]);
-        }
-      }
-    }
-  }
-  std::vector<CharSet> out;
-  out.reserve(nr);
-  for (uint32_t r = 0; r < nr; ++r) out.push_back(detail::make_charset(false, false, follow[r]));
-  return out;
-}
-
 // Interned sets of chains and memoized transitions, shared by all context walks.
 class WalkStates {
  public:
@@ -983,11 +904,16 @@ class ContextClassifier {
             .states = states_,
             .no_text = d.no_text},
         after_end_(d.g.rule_alt_begin.size() - 1, kUnset) {
-    // What may follow once the stacks past a context's end are left too: anything that
-    // may follow some rule.
-    RangeSet any_follow;
-    for (const CharSet& f : follow_sets(d.g)) merge_into(any_follow, charset_ranges(f));
-    leave_follow_ = detail::make_charset(false, false, std::move(any_follow));
+    // What may follow once the stacks past a context's end are left too: any code point
+    // of the grammar. (The union of the rules' follow sets would be tighter, but its fixed
+    // point cost a millisecond of every compile; a wider set only leaves a few more tokens
+    // to the run-time check.)
+    RangeSet any;
+    for (const CharSet& cs : d.g.charsets) {
+      const RangeSet r = charset_ranges(cs);
+      any.insert(any.end(), r.begin(), r.end());
+    }
+    leave_follow_ = detail::make_charset(false, false, normalize(std::move(any)));
     cl_.leave_follow = &leave_follow_;
     // Call sites of every rule.
     callers_.resize(d.g.rule_alt_begin.size() - 1);
@@ -1682,8 +1608,11 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
     d.has_mask[n] = 1;
     ++d.n_masked_;
   }
-  d.text_tokens_bitset.assign(bitmask_words(n_vocab), 0);
-  for (size_t t = 0; t < n_vocab; ++t) {
+  // Only a token negation (!<...>) needs the text tokens.
+  const bool any_tok_not = std::any_of(d.g.elems.begin(), d.g.elems.end(),
+                                       [](const Elem& e) { return e.kind == detail::kTokNot; });
+  if (any_tok_not) d.text_tokens_bitset.assign(bitmask_words(n_vocab), 0);
+  for (size_t t = 0; any_tok_not && t < n_vocab; ++t) {
     if (tokens.kind(static_cast<Token>(t)) != TokenIndex::Kind::kText) continue;
     if (!d.no_text.empty() && d.no_text[t]) continue;
     size_t ncp;
