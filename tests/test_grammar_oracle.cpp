@@ -461,6 +461,32 @@ s ::= [ ]+)g"};
   EXPECT_GT(stats.steps, grammars.size() * 3);
 }
 
+// Loops over broad classes (a string's characters, a key outside a list of names) are
+// skipped through their class exits: the tokens before the first code point outside the
+// class are taken at once, and the walk goes on at that code point, inside the context or
+// past its end (a string that closes and goes on with a comma and another string). Exits
+// at every depth of a token, partial UTF-8 tails in a class with code points >= 128, and
+// classes that leave out one letter of a name that goes on differently.
+TEST_P(Oracle, ClassExitSkipMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::vector<std::string> grammars = {
+      R"g(root ::= "{" ws (kv ("," ws kv)*)? "}"
+kv ::= "\"" [^"\\]* "\"" ws ":" ws val
+val ::= "\"" [^"\\]* "\"" | [0-9]+ | "[" (val ("," val)*)? "]"
+ws ::= [ ]?)g",
+      R"g(root ::= "[" (s ("," s)*)? "]"
+s ::= "\"" [^"]* "\"")g",
+      R"g(root ::= "\"" (name | other) "\"" ":" [0-9]
+name ::= "ab" ("cd" | "x" [^"\\c]*)?
+other ::= [^"\\a] [^"\\]* | "a" [^"\\b] [^"\\]*)g",
+      R"g(root ::= "<" [^<>]* ">" ("x" | [^x<>]{0,3}) "<" [^<>]{0,40} ">")g"};
+  const WalkStats stats = walk_each(fx, grammars, 3, 12, 4242);
+  std::printf("[oracle] %s class-exit skips: %zu steps compared\n", GetParam().c_str(),
+              stats.steps);
+  EXPECT_GT(stats.steps, grammars.size() * 3);
+}
+
 INSTANTIATE_TEST_SUITE_P(Vocabs, Oracle, ::testing::Values("llama-bpe", "llama-spm", "qwen2"),
                          [](const auto& info) {
                            std::string s = info.param;

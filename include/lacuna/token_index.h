@@ -93,6 +93,8 @@ class TokenIndex {
     uint32_t height;  // most code points on a path below the node (0 for a leaf)
   };
   const std::vector<SubtreeChars>& subtree_chars() const { return subtree_chars_; }
+  // For each trie node: its depth (code points from the root; the root is 0).
+  const std::vector<uint16_t>& node_depth() const { return node_depth_; }
   // Indices of the root's children, sorted by code point.
   const std::vector<uint32_t>& root_children() const { return root_children_; }
   // Children of every node, sorted by code point: those of node j are
@@ -128,6 +130,7 @@ class TokenIndex {
   std::vector<uint32_t> child_offsets_;
   std::vector<uint32_t> child_nodes_;
   std::vector<SubtreeChars> subtree_chars_;
+  std::vector<uint16_t> node_depth_;
   std::vector<Token> continuation_;
   double build_ms_ = 0;
   std::shared_ptr<detail::SharedMasks> shared_masks_;

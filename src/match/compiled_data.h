@@ -169,6 +169,24 @@ struct SharedMasks {
   std::mutex mu;
   std::unordered_map<std::string, std::shared_ptr<const ContextMask>> masks;  // guarded by mu
   size_t bytes = 0;                                                           // guarded by mu
+
+  // Class exits (see class_exits() in compiler.cpp): for a class of code points, the trie
+  // nodes outside it whose parent is inside it, in trie order; null where there are too
+  // many to be worth it. Keyed by the class's ASCII bitmap and its flag for code points
+  // >= 128. Entries live as long as the token index.
+  struct ClassKey {
+    uint64_t ascii[2];
+    bool non_ascii;
+    bool operator==(const ClassKey&) const = default;
+  };
+  struct ClassKeyHash {
+    size_t operator()(const ClassKey& k) const {
+      return static_cast<size_t>((k.ascii[0] * 0x9E3779B97F4A7C15ull) ^ (k.ascii[1] + k.non_ascii));
+    }
+  };
+  static constexpr size_t kMaxExitClasses = 4096;
+  std::unordered_map<ClassKey, std::unique_ptr<const std::vector<uint32_t>>, ClassKeyHash>
+      exits;  // guarded by mu
 };
 
 // Computes context masks: the vocabulary-trie walk (compiler.cpp). Not thread-safe.

@@ -670,27 +670,166 @@ struct Classifier {
     if (sc.height > r.depth) return false;
     if ((sc.ascii[0] & ~r.ascii[0]) != 0 || (sc.ascii[1] & ~r.ascii[1]) != 0) return false;
     if (sc.non_ascii && !r.non_ascii) return false;
+    take_in_run(tokens.trie()[j].tok_end, tok_begin_of(tokens.trie()[j].end), set, depth, accepted);
+    return true;
+  }
+
+  // The first token of node j's subtree in trie order (past the last node: the end).
+  uint32_t tok_begin_of(uint32_t j) const {
     const auto& trie = tokens.trie();
+    return j < trie.size() ? trie[j].tok_begin : static_cast<uint32_t>(tokens.trie_tokens().size());
+  }
+
+  // Adds to `out` the tokens trie_tokens()[tb, te), all of whose code points past the
+  // first `depth` lie in the run of `set` (within its depth): a token with a partial UTF-8
+  // tail only if the set its full code points end in may take the tail.
+  void take_in_run(uint32_t tb, uint32_t te, uint32_t set, uint32_t depth,
+                   std::vector<Token>& out) {
     const auto& tt = tokens.trie_tokens();
-    const uint32_t end = trie[j].end;
-    const uint32_t tb = trie[j].tok_end;
-    const uint32_t te = end < trie.size() ? trie[end].tok_begin : static_cast<uint32_t>(tt.size());
     for (uint32_t k = tb; k < te; ++k) {
       const auto& t = tt[k];
       if (!no_text.empty() && no_text[static_cast<size_t>(t.id)]) continue;
       if (t.partial.n_remain == 0) {
-        accepted.push_back(t.id);
+        out.push_back(t.id);
         continue;
       }
-      // A partial tail: check it against the set the token's full code points end in.
       size_t ncp;
       tokens.code_points(t.id, &ncp);
       uint32_t s = set;
       for (size_t d = depth; d < ncp; ++d) s = states.run(s).next;
-      if (partial_ok(s, t.partial)) accepted.push_back(t.id);
+      if (partial_ok(s, t.partial)) out.push_back(t.id);
+    }
+  }
+
+  static bool in_run_class(const WalkStates::Run& r, uint32_t cp) {
+    return cp < 128 ? ((r.ascii[cp >> 6] >> (cp & 63)) & 1u) != 0 : r.non_ascii;
+  }
+
+  // The class exits of a run's class (see SharedMasks::exits): built once per token index
+  // and class, shared by every grammar; null when the class is too narrow to be worth it
+  // (a walk prunes a narrow class quickly anyway), has too many exits, or the cache is full.
+  std::unordered_map<detail::SharedMasks::ClassKey, const std::vector<uint32_t>*,
+                     detail::SharedMasks::ClassKeyHash>
+      exit_cache_{};
+  const std::vector<uint32_t>* class_exits(const WalkStates::Run& r) {
+    const detail::SharedMasks::ClassKey key{{r.ascii[0], r.ascii[1]}, r.non_ascii};
+    auto it = exit_cache_.find(key);
+    if (it != exit_cache_.end()) return it->second;
+    const std::vector<uint32_t>* out = nullptr;
+    // Printable ASCII in the class (0x20-0x7E): fewer than half, and the walk is left to prune.
+    const uint64_t printable0 = r.ascii[0] & ~uint64_t{0xFFFFFFFF};
+    const uint64_t printable1 = r.ascii[1] & ~(uint64_t{1} << 63);
+    if (__builtin_popcountll(printable0) + __builtin_popcountll(printable1) >= 48) {
+      detail::SharedMasks& shared = tokens.shared_masks();
+      std::lock_guard<std::mutex> lock(shared.mu);
+      auto sit = shared.exits.find(key);
+      if (sit != shared.exits.end()) {
+        out = sit->second.get();
+      } else if (shared.exits.size() < detail::SharedMasks::kMaxExitClasses) {
+        out = build_class_exits(r, shared);
+      }
+    }
+    exit_cache_.emplace(key, out);
+    return out;
+  }
+  // Called with shared.mu held.
+  const std::vector<uint32_t>* build_class_exits(const WalkStates::Run& r,
+                                                 detail::SharedMasks& shared) {
+    const auto& trie = tokens.trie();
+    auto exits = std::make_unique<std::vector<uint32_t>>();
+    // A node outside the class under a node inside it. The root counts as outside: the
+    // children of a node outside the class are checked one by one (skip_region).
+    std::vector<uint8_t> in(trie.size(), 0);
+    std::vector<uint32_t> parents{0};
+    for (uint32_t n = 1; n < trie.size(); ++n) {
+      while (trie[parents.back()].end <= n) parents.pop_back();
+      in[n] = in_run_class(r, trie[n].cp) ? 1 : 0;
+      if (!in[n] && in[parents.back()]) exits->push_back(n);
+      if (trie[n].end > n + 1) parents.push_back(n);
+    }
+    if (exits->size() * 8 > trie.size()) exits.reset();
+    const size_t bytes = exits ? exits->capacity() * 4 : 0;
+    if (shared.bytes + bytes > detail::SharedMasks::kMaxBytes) return nullptr;
+    shared.bytes += bytes;
+    const std::vector<uint32_t>* out = exits.get();
+    shared.exits.emplace(detail::SharedMasks::ClassKey{{r.ascii[0], r.ascii[1]}, r.non_ascii},
+                         std::move(exits));
+    return out;
+  }
+
+  // A frame c at node j with one live set (inside the context with nothing past its end,
+  // or past the end with nothing inside: `past_end`) whose run covers the subtree's
+  // height: every path below j stays in the run up to its first code point outside the
+  // run's class. The tokens before such a code point are taken at once (accepted inside
+  // the context, uncertain past its end), in ranges of trie order found from the class
+  // exits, and the walk goes on only at the exits: a few thousand nodes where a string's
+  // characters would visit every node.
+  bool skip_region(uint32_t j, const Frame& c, bool past_end) {
+    const uint32_t set = past_end ? c.fset : c.set;
+    const WalkStates::Run r = states.run(set);
+    const auto& sc = tokens.subtree_chars()[j];
+    if (r.depth < sc.height) return false;
+    const std::vector<uint32_t>* exits = class_exits(r);
+    if (exits == nullptr) return false;
+    if (obs_base != kNoObserve && !past_end) {
+      for (uint32_t s = set, k = 0; s != 0 && k <= sc.height && obs_base != kNoObserve;
+           ++k, s = states.run(s).next) {
+        note_low(set_low(s));
+      }
+    }
+    const auto& trie = tokens.trie();
+    const auto& depth_of = tokens.node_depth();
+    std::vector<Token>& out = past_end ? uncertain : accepted;
+    region_exits_.clear();
+    // Nodes [lo, hi) under a node inside the class: the tokens up to each exit, then past
+    // the exit's subtree.
+    auto scan = [&](uint32_t lo, uint32_t hi) {
+      uint32_t cur = lo;
+      auto it = exits->begin();
+      while (cur < hi) {
+        it = std::lower_bound(it, exits->end(), cur);
+        const uint32_t b = it != exits->end() && *it < hi ? *it : hi;
+        take_in_run(trie[cur].tok_begin, tok_begin_of(b), set, c.depth, out);
+        if (b == hi) break;
+        region_exits_.push_back(b);
+        cur = trie[b].end;
+      }
+    };
+    if (in_run_class(r, trie[j].cp)) {
+      scan(j + 1, trie[j].end);
+    } else {
+      const auto& off = tokens.child_offsets();
+      const auto& kids = tokens.child_nodes();
+      for (uint32_t k = off[j]; k < off[j + 1]; ++k) {
+        const uint32_t n = kids[k];
+        if (!in_run_class(r, trie[n].cp)) {
+          region_exits_.push_back(n);
+          continue;
+        }
+        take_in_run(trie[n].tok_begin, trie[n].tok_end, set, c.depth, out);
+        scan(n + 1, trie[n].end);
+      }
+    }
+    // Each exit is walked on from the run's set at its parent: one frame per depth. Pushed
+    // in reverse so that they are visited in trie order.
+    run_frames_.clear();
+    for (size_t k = region_exits_.size(); k-- > 0;) {
+      const uint32_t b = region_exits_[k];
+      const uint32_t rel = depth_of[b] - 1u - depth_of[j];  // run code points before b
+      if (run_frames_.size() <= rel) run_frames_.resize(rel + 1, kNoFrame);
+      if (run_frames_[rel] == kNoFrame) {
+        uint32_t s = set;
+        for (uint32_t d = 0; d < rel; ++d) s = states.run(s).next;
+        run_frames_[rel] = static_cast<uint32_t>(frames.size());
+        frames.push_back(past_end ? make_frame(0, s, c.depth + rel, false, false, false)
+                                  : make_frame(s, 0, c.depth + rel, false, false, false));
+      }
+      todo.push_back({b, run_frames_[rel]});
     }
     return true;
   }
+  static constexpr uint32_t kNoFrame = 0xFFFFFFFFu;
+  std::vector<uint32_t> region_exits_{}, run_frames_{};
 
   // Queues the children of a node (child_nodes()[cb, ce)) whose code point is in cs and
   // not in skip, for frame f. Pushed in reverse so that they are visited in trie order.
@@ -845,7 +984,16 @@ struct Classifier {
       classify_node(node, c.set, c.exited, c.fset, c.pending || c.fexited);
       if (node.end == j + 1) continue;  // a leaf
       if (c.set != 0 && !c.exited && c.fset == 0 && !c.fexited && !c.pending &&
-          bulk_accept(j, c.set, c.depth)) {
+          (bulk_accept(j, c.set, c.depth) || skip_region(j, c, false))) {
+        continue;
+      }
+      if (c.set == 0 && !c.exited && c.fset != 0 && !c.fexited && !c.pending &&
+          skip_region(j, c, true)) {
+        if (uncertain.size() > uncertain_cap) {
+          over_cap = true;
+          todo.clear();
+          return;
+        }
         continue;
       }
       if (c.set == 0 && (c.pending || (exit_any && c.exited))) {
@@ -1129,7 +1277,8 @@ class ContextClassifier {
     if (d_.options.share_masks) {
       std::lock_guard<std::mutex> lock(shared.mu);
       const size_t bytes = skey.size() + (sm ? sm->memory_bytes() : 0);
-      if (shared.bytes + bytes <= SharedMasks::kMaxBytes && shared.masks.emplace(skey, sm).second) {
+      if (shared.bytes + bytes <= detail::SharedMasks::kMaxBytes &&
+          shared.masks.emplace(skey, sm).second) {
         shared.bytes += bytes;
       }
     }

@@ -82,8 +82,8 @@ size_t TokenIndex::memory_bytes() const {
          control_.capacity() + eog_.capacity() * 4 + cps_.capacity() * 4 + cp_off_.capacity() * 4 +
          partials_.capacity() * sizeof(PartialUtf8) + trie_.capacity() * sizeof(TrieNode) +
          trie_tokens_.capacity() * sizeof(TrieToken) + root_children_.capacity() * 4 +
-         subtree_chars_.capacity() * sizeof(SubtreeChars) + continuation_.capacity() * 4 +
-         (child_offsets_.capacity() + child_nodes_.capacity()) * 4;
+         subtree_chars_.capacity() * sizeof(SubtreeChars) + node_depth_.capacity() * 2 +
+         continuation_.capacity() * 4 + (child_offsets_.capacity() + child_nodes_.capacity()) * 4;
 }
 
 std::shared_ptr<const TokenIndex> TokenIndex::build(const llama_vocab* vocab) {
@@ -229,6 +229,11 @@ void TokenIndex::finish() {
     } else {
       p.non_ascii = true;
     }
+  }
+  node_depth_.assign(trie_.size(), 0);
+  for (size_t i = 1; i < trie_.size(); ++i) {
+    node_depth_[i] =
+        static_cast<uint16_t>(std::min<uint32_t>(node_depth_[parent[i]] + 1u, 0xFFFFu));
   }
   root_children_.clear();
   for (uint32_t i = 1; i < trie_.size(); i = trie_[i].end) root_children_.push_back(i);
