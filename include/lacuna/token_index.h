@@ -95,6 +95,15 @@ class TokenIndex {
   const std::vector<SubtreeChars>& subtree_chars() const { return subtree_chars_; }
   // For each trie node: its depth (code points from the root; the root is 0).
   const std::vector<uint16_t>& node_depth() const { return node_depth_; }
+  // The trie nodes at depth 2 or more grouped by code point: an ASCII code point c in group
+  // c, every other one in group 128; each group in trie order, with its parent's code point.
+  // Group g is cp_groups()[cp_group_offsets()[g] .. cp_group_offsets()[g + 1]).
+  struct NodeWithParent {
+    uint32_t node;
+    uint32_t parent_cp;
+  };
+  const std::vector<NodeWithParent>& cp_groups() const { return cp_groups_; }
+  const std::vector<uint32_t>& cp_group_offsets() const { return cp_group_offsets_; }
   // Indices of the root's children, sorted by code point.
   const std::vector<uint32_t>& root_children() const { return root_children_; }
   // Children of every node, sorted by code point: those of node j are
@@ -131,6 +140,8 @@ class TokenIndex {
   std::vector<uint32_t> child_nodes_;
   std::vector<SubtreeChars> subtree_chars_;
   std::vector<uint16_t> node_depth_;
+  std::vector<NodeWithParent> cp_groups_;
+  std::vector<uint32_t> cp_group_offsets_;
   std::vector<Token> continuation_;
   double build_ms_ = 0;
   std::shared_ptr<detail::SharedMasks> shared_masks_;

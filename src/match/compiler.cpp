@@ -656,7 +656,7 @@ struct Classifier {
   // When every string below node j (at depth `depth`, parse state `set`) stays inside one
   // run of `set`, each token below is accepted (if its partial tail fits) without walking
   // the subtree.
-  bool bulk_accept(uint32_t j, uint32_t set, uint32_t depth) {
+  bool bulk_accept(uint32_t j, uint32_t set, uint32_t depth, bool pending) {
     const auto& sc = tokens.subtree_chars()[j];
     const WalkStates::Run r = states.run(set);
     // An observed walk (see family_chain) sees the sets the run stands for: whether it
@@ -670,7 +670,8 @@ struct Classifier {
     if (sc.height > r.depth) return false;
     if ((sc.ascii[0] & ~r.ascii[0]) != 0 || (sc.ascii[1] & ~r.ascii[1]) != 0) return false;
     if (sc.non_ascii && !r.non_ascii) return false;
-    take_in_run(tokens.trie()[j].tok_end, tok_begin_of(tokens.trie()[j].end), set, depth, accepted);
+    take_in_run(tokens.trie()[j].tok_end, tok_begin_of(tokens.trie()[j].end), set, depth, accepted,
+                pending ? &uncertain : nullptr);
     return true;
   }
 
@@ -682,9 +683,10 @@ struct Classifier {
 
   // Adds to `out` the tokens trie_tokens()[tb, te), all of whose code points past the
   // first `depth` lie in the run of `set` (within its depth): a token with a partial UTF-8
-  // tail only if the set its full code points end in may take the tail.
-  void take_in_run(uint32_t tb, uint32_t te, uint32_t set, uint32_t depth,
-                   std::vector<Token>& out) {
+  // tail only if the set its full code points end in may take the tail, and otherwise to
+  // `rest` if given (a pending walk: what lies past the context may take it).
+  void take_in_run(uint32_t tb, uint32_t te, uint32_t set, uint32_t depth, std::vector<Token>& out,
+                   std::vector<Token>* rest) {
     const auto& tt = tokens.trie_tokens();
     for (uint32_t k = tb; k < te; ++k) {
       const auto& t = tt[k];
@@ -697,9 +699,22 @@ struct Classifier {
       tokens.code_points(t.id, &ncp);
       uint32_t s = set;
       for (size_t d = depth; d < ncp; ++d) s = states.run(s).next;
-      if (partial_ok(s, t.partial)) out.push_back(t.id);
+      if (partial_ok(s, t.partial)) {
+        out.push_back(t.id);
+      } else if (rest != nullptr) {
+        rest->push_back(t.id);
+      }
     }
   }
+
+  // Printable ASCII code points (0x20-0x7E) in a bitmap of 0-127. A class with fewer than
+  // half of them is left to the walk, which prunes a narrow class quickly anyway.
+  static int printable_count(const uint64_t ascii[2]) {
+    return __builtin_popcountll(ascii[0] & ~uint64_t{0xFFFFFFFF}) +
+           __builtin_popcountll(ascii[1] & ~(uint64_t{1} << 63));
+  }
+  static constexpr int kMinExitClassPrintable = 48;
+  static constexpr uint32_t kMinPastEndSkipNodes = 256;
 
   static bool in_run_class(const WalkStates::Run& r, uint32_t cp) {
     return cp < 128 ? ((r.ascii[cp >> 6] >> (cp & 63)) & 1u) != 0 : r.non_ascii;
@@ -716,10 +731,7 @@ struct Classifier {
     auto it = exit_cache_.find(key);
     if (it != exit_cache_.end()) return it->second;
     const std::vector<uint32_t>* out = nullptr;
-    // Printable ASCII in the class (0x20-0x7E): fewer than half, and the walk is left to prune.
-    const uint64_t printable0 = r.ascii[0] & ~uint64_t{0xFFFFFFFF};
-    const uint64_t printable1 = r.ascii[1] & ~(uint64_t{1} << 63);
-    if (__builtin_popcountll(printable0) + __builtin_popcountll(printable1) >= 48) {
+    if (printable_count(r.ascii) >= kMinExitClassPrintable) {
       detail::SharedMasks& shared = tokens.shared_masks();
       std::lock_guard<std::mutex> lock(shared.mu);
       auto sit = shared.exits.find(key);
@@ -732,22 +744,38 @@ struct Classifier {
     exit_cache_.emplace(key, out);
     return out;
   }
-  // Called with shared.mu held.
+  // Called with shared.mu held. Only the nodes whose code point is outside the class are
+  // looked at (through the token index's code-point groups), marked in a bitmap over the
+  // nodes, and read back in trie order: tens of microseconds for a string's class.
   const std::vector<uint32_t>* build_class_exits(const WalkStates::Run& r,
                                                  detail::SharedMasks& shared) {
     const auto& trie = tokens.trie();
-    auto exits = std::make_unique<std::vector<uint32_t>>();
-    // A node outside the class under a node inside it. The root counts as outside: the
-    // children of a node outside the class are checked one by one (skip_region).
-    std::vector<uint8_t> in(trie.size(), 0);
-    std::vector<uint32_t> parents{0};
-    for (uint32_t n = 1; n < trie.size(); ++n) {
-      while (trie[parents.back()].end <= n) parents.pop_back();
-      in[n] = in_run_class(r, trie[n].cp) ? 1 : 0;
-      if (!in[n] && in[parents.back()]) exits->push_back(n);
-      if (trie[n].end > n + 1) parents.push_back(n);
+    const auto& groups = tokens.cp_groups();
+    const auto& goff = tokens.cp_group_offsets();
+    std::vector<uint64_t>& bits = exit_bits_;
+    bits.assign((trie.size() + 63) / 64, 0);
+    size_t count = 0;
+    bool worth = true;
+    for (uint32_t g = 0; g <= 128 && worth; ++g) {
+      if (g < 128 ? in_run_class(r, g) : r.non_ascii) continue;
+      for (uint32_t k = goff[g]; k < goff[g + 1]; ++k) {
+        const auto& e = groups[k];
+        if (!in_run_class(r, e.parent_cp)) continue;
+        bits[e.node >> 6] |= uint64_t{1} << (e.node & 63);
+        ++count;
+      }
+      worth = count * 8 <= trie.size();
     }
-    if (exits->size() * 8 > trie.size()) exits.reset();
+    std::unique_ptr<std::vector<uint32_t>> exits;
+    if (worth) {
+      exits = std::make_unique<std::vector<uint32_t>>();
+      exits->reserve(count);
+      for (size_t w = 0; w < bits.size(); ++w) {
+        for (uint64_t b = bits[w]; b != 0; b &= b - 1) {
+          exits->push_back(static_cast<uint32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(b))));
+        }
+      }
+    }
     const size_t bytes = exits ? exits->capacity() * 4 : 0;
     if (shared.bytes + bytes > detail::SharedMasks::kMaxBytes) return nullptr;
     shared.bytes += bytes;
@@ -756,6 +784,7 @@ struct Classifier {
                          std::move(exits));
     return out;
   }
+  std::vector<uint64_t> exit_bits_{};
 
   // A frame c at node j with one live set (inside the context with nothing past its end,
   // or past the end with nothing inside: `past_end`) whose run covers the subtree's
@@ -765,6 +794,12 @@ struct Classifier {
   // exits, and the walk goes on only at the exits: a few thousand nodes where a string's
   // characters would visit every node.
   bool skip_region(uint32_t j, const Frame& c, bool past_end) {
+    // Cheap tests first: a run's class lies within what its set can consume next, and a
+    // set's run is computed on first use (a step on each ASCII code point), which only a
+    // large subtree pays back past the context's end, where sets are many.
+    const CharSet* first = past_end ? c.ffirst : c.first;
+    if (first == nullptr || printable_count(first->ascii) < kMinExitClassPrintable) return false;
+    if (past_end && tokens.trie()[j].end - j < kMinPastEndSkipNodes) return false;
     const uint32_t set = past_end ? c.fset : c.set;
     const WalkStates::Run r = states.run(set);
     const auto& sc = tokens.subtree_chars()[j];
@@ -780,6 +815,7 @@ struct Classifier {
     const auto& trie = tokens.trie();
     const auto& depth_of = tokens.node_depth();
     std::vector<Token>& out = past_end ? uncertain : accepted;
+    std::vector<Token>* rest = !past_end && c.pending ? &uncertain : nullptr;
     region_exits_.clear();
     // Nodes [lo, hi) under a node inside the class: the tokens up to each exit, then past
     // the exit's subtree.
@@ -789,7 +825,7 @@ struct Classifier {
       while (cur < hi) {
         it = std::lower_bound(it, exits->end(), cur);
         const uint32_t b = it != exits->end() && *it < hi ? *it : hi;
-        take_in_run(trie[cur].tok_begin, tok_begin_of(b), set, c.depth, out);
+        take_in_run(trie[cur].tok_begin, tok_begin_of(b), set, c.depth, out, rest);
         if (b == hi) break;
         region_exits_.push_back(b);
         cur = trie[b].end;
@@ -806,7 +842,7 @@ struct Classifier {
           region_exits_.push_back(n);
           continue;
         }
-        take_in_run(trie[n].tok_begin, trie[n].tok_end, set, c.depth, out);
+        take_in_run(trie[n].tok_begin, trie[n].tok_end, set, c.depth, out, rest);
         scan(n + 1, trie[n].end);
       }
     }
@@ -822,7 +858,7 @@ struct Classifier {
         for (uint32_t d = 0; d < rel; ++d) s = states.run(s).next;
         run_frames_[rel] = static_cast<uint32_t>(frames.size());
         frames.push_back(past_end ? make_frame(0, s, c.depth + rel, false, false, false)
-                                  : make_frame(s, 0, c.depth + rel, false, false, false));
+                                  : make_frame(s, 0, c.depth + rel, false, false, c.pending));
       }
       todo.push_back({b, run_frames_[rel]});
     }
@@ -983,8 +1019,14 @@ struct Classifier {
       if (c.set == 0 && !c.exited && c.fset == 0 && !c.fexited && !c.pending) continue;
       classify_node(node, c.set, c.exited, c.fset, c.pending || c.fexited);
       if (node.end == j + 1) continue;  // a leaf
-      if (c.set != 0 && !c.exited && c.fset == 0 && !c.fexited && !c.pending &&
-          (bulk_accept(j, c.set, c.depth) || skip_region(j, c, false))) {
+      // Inside the context only (a pending walk still accepts what the context takes).
+      if (c.set != 0 && !c.exited && c.fset == 0 && !c.fexited &&
+          (bulk_accept(j, c.set, c.depth, c.pending) || skip_region(j, c, false))) {
+        if (uncertain.size() > uncertain_cap) {
+          over_cap = true;
+          todo.clear();
+          return;
+        }
         continue;
       }
       if (c.set == 0 && !c.exited && c.fset != 0 && !c.fexited && !c.pending &&

@@ -83,6 +83,7 @@ size_t TokenIndex::memory_bytes() const {
          partials_.capacity() * sizeof(PartialUtf8) + trie_.capacity() * sizeof(TrieNode) +
          trie_tokens_.capacity() * sizeof(TrieToken) + root_children_.capacity() * 4 +
          subtree_chars_.capacity() * sizeof(SubtreeChars) + node_depth_.capacity() * 2 +
+         cp_groups_.capacity() * sizeof(NodeWithParent) + cp_group_offsets_.capacity() * 4 +
          continuation_.capacity() * 4 + (child_offsets_.capacity() + child_nodes_.capacity()) * 4;
 }
 
@@ -234,6 +235,21 @@ void TokenIndex::finish() {
   for (size_t i = 1; i < trie_.size(); ++i) {
     node_depth_[i] =
         static_cast<uint16_t>(std::min<uint32_t>(node_depth_[parent[i]] + 1u, 0xFFFFu));
+  }
+  cp_group_offsets_.assign(130, 0);
+  auto group_of = [](uint32_t cp) { return cp < 128 ? cp : 128u; };
+  for (size_t i = 1; i < trie_.size(); ++i) {
+    if (parent[i] != 0) ++cp_group_offsets_[group_of(trie_[i].cp) + 1];
+  }
+  for (size_t g = 1; g < cp_group_offsets_.size(); ++g)
+    cp_group_offsets_[g] += cp_group_offsets_[g - 1];
+  cp_groups_.assign(cp_group_offsets_.back(), NodeWithParent{0, 0});
+  {
+    std::vector<uint32_t> fill(cp_group_offsets_.begin(), cp_group_offsets_.end() - 1);
+    for (size_t i = 1; i < trie_.size(); ++i) {
+      if (parent[i] == 0) continue;
+      cp_groups_[fill[group_of(trie_[i].cp)]++] = {static_cast<uint32_t>(i), trie_[parent[i]].cp};
+    }
   }
   root_children_.clear();
   for (uint32_t i = 1; i < trie_.size(); i = trie_[i].end) root_children_.push_back(i);
