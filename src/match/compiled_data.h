@@ -115,6 +115,7 @@ class StackPool {
   std::vector<uint32_t> stamp_;
   uint32_t stamp_now_ = 0;
   std::vector<uint32_t> work_;
+  std::vector<uint32_t> succ_tmp_;
 };
 
 // The token classification of one context (a chain with a character-set top): tokens
