@@ -119,8 +119,10 @@ void walk(const VocabFixture& fx, const std::string& gbnf, size_t steps, uint64_
   CompileOptions options;
   options.eager_ms = (seed & 1) != 0 ? 0.0 : -1.0;
   // Per-rule contexts (where stacks whose context leaves many tokens uncertain get masks of
-  // the whole stack) and cold prefix masks on some walks.
+  // the whole stack), with or without the small rules inlined, and cold prefix masks on
+  // some walks.
   options.inline_rules = (seed & 2) == 0;
+  options.inline_small_rules = (seed & 8) == 0;
   options.share_masks = (seed & 4) == 0;
   auto cg = CompiledGrammar::compile(grammar, fx.index, options);
   GrammarMatcher m(cg);
@@ -374,9 +376,9 @@ TEST_P(Oracle, RandomGrammarsMasksEqual) {
 }
 
 // Every way of computing masks gives the same masks along a long JSON walk: chains of
-// inlined rules or per-rule contexts, masks at compile time or on first use, rule-prefix
-// masks shared across grammars or cold. The first compile warms the shared prefix masks
-// that the later ones reuse.
+// inlined rules or per-rule contexts (small rules inlined or not), masks at compile time
+// or on first use, rule-prefix masks shared across grammars or cold. The first compile
+// warms the shared prefix masks that the later ones reuse.
 TEST_P(Oracle, ContextModesGiveEqualMasks) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
@@ -387,10 +389,11 @@ TEST_P(Oracle, ContextModesGiveEqualMasks) {
   std::vector<Token> toks = greedy_tokens(*fx.index, text);
   toks.resize(std::min<size_t>(toks.size(), 80));
   std::vector<std::vector<uint32_t>> reference;
-  for (int mode = 0; mode < 8; ++mode) {
+  for (int mode = 0; mode < 16; ++mode) {
     SCOPED_TRACE("mode " + std::to_string(mode));
     CompileOptions o;
     o.inline_rules = (mode & 1) == 0;
+    o.inline_small_rules = (mode & 8) == 0;
     o.share_masks = (mode & 2) == 0;
     o.eager_ms = (mode & 4) != 0 ? -1.0 : 0.0;
     GrammarMatcher m(CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, o));

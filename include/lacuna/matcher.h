@@ -36,9 +36,14 @@ struct CompileOptions {
   bool special_tokens_as_text = true;
   // Precompute token classes over whole chains of non-recursive rules (more contexts,
   // far fewer tokens left to check at run time). Compile falls back to per-rule contexts
-  // when this exceeds max_inline_contexts. Contexts cost little at compile time now that
+  // (small rules still inlined, then not even those) when this exceeds max_inline_contexts;
+  // false starts at the per-rule contexts. Contexts cost little at compile time now that
   // their masks are computed within eager_ms or on first use, so the bound is high.
   bool inline_rules = true;
+  // In per-rule contexts, still inline the rules that reach at most 32 positions (character
+  // classes with their escapes, enums, integers): alone, such a rule is a context nearly
+  // every token leaves, and each of its stacks then needs a whole-stack walk.
+  bool inline_small_rules = true;
   size_t max_inline_contexts = 200000;
   // Token classes of grammar contexts are computed by compile() for up to this many
   // milliseconds (counted from the start of compile); the rest are computed on first use
@@ -82,7 +87,7 @@ class CompiledGrammar {
   CompiledGrammar() = default;
   static std::shared_ptr<const CompiledGrammar> compile_impl(
       const Grammar& grammar, std::shared_ptr<const TokenIndex> token_index,
-      const CompileOptions& options, bool inline_rules, std::chrono::steady_clock::time_point t0);
+      const CompileOptions& options, int boundaries, std::chrono::steady_clock::time_point t0);
   std::unique_ptr<detail::CompiledData> data_;
 };
 

@@ -141,8 +141,14 @@ void flatten(const Grammar& grammar, const TokenIndex* tokens, const CompileOpti
 
 // Boundary rules: every rule in a strongly connected component of the call graph that
 // has a call inside the component which pushes a return address (so stacks can grow
-// without bound through it). With `inline_rules` false, every user-written rule too.
-void mark_boundaries(GrammarTables& g, bool inline_rules) {
+// without bound through it). Per rule (kRules), every user-written rule too; with
+// kRulesButSmall, except the rules that call no other or reach at most kSmallRule
+// positions in all (a character class with its escapes, an enum, an integer, whitespace):
+// as a context of its own such
+// a rule is left by nearly every token, and each stack there then needs a whole-stack walk.
+enum Boundaries : int { kInline = 0, kRulesButSmall = 1, kRules = 2 };
+constexpr uint32_t kSmallRule = 32;
+void mark_boundaries(GrammarTables& g, int mode) {
   const uint32_t nr = static_cast<uint32_t>(g.rule_alt_begin.size() - 1);
   std::vector<std::vector<std::pair<uint32_t, bool>>> calls(nr);  // (callee, pushes)
   for (uint32_t p = 0; p + 1 < g.elems.size(); ++p) {
@@ -195,9 +201,35 @@ void mark_boundaries(GrammarTables& g, bool inline_rules) {
       if (pushes && comp[callee] == comp[r]) comp_grows[comp[r]] = 1;
     }
   }
+  // Positions a rule reaches (its own and its callees', shared callees counted again),
+  // capped; a rule on a cycle is never small. Tarjan numbers a component after every
+  // component it calls, so callees come first in component order.
+  std::vector<uint32_t> reach(nr, UINT32_MAX);
+  if (mode == kRulesButSmall) {
+    std::vector<uint32_t> own(nr, 0), comp_size(n_comp, 0), order(nr);
+    for (uint32_t p = 0; p < g.elems.size(); ++p) {
+      if (g.elems[p].kind != detail::kEnd) ++own[g.elem_rule[p]];
+    }
+    for (uint32_t r = 0; r < nr; ++r) ++comp_size[comp[r]];
+    for (uint32_t r = 0; r < nr; ++r) order[r] = r;
+    std::sort(order.begin(), order.end(),
+              [&](uint32_t a, uint32_t b) { return comp[a] < comp[b]; });
+    for (uint32_t r : order) {
+      if (comp_size[comp[r]] > 1) continue;
+      uint64_t t = own[r];
+      for (auto [callee, pushes] : calls[r]) {
+        (void)pushes;
+        t = callee == r ? UINT32_MAX : std::min<uint64_t>(UINT32_MAX, t + reach[callee]);
+      }
+      reach[r] = static_cast<uint32_t>(t);
+    }
+  }
   g.rule_boundary.assign(nr, 0);
   for (uint32_t r = 0; r < nr; ++r) {
-    g.rule_boundary[r] = comp_grows[comp[r]] || (!inline_rules && !g.rule_generated[r]);
+    const bool small = reach[r] <= kSmallRule;
+    const bool own_context =
+        mode != kInline && !g.rule_generated[r] && !(mode == kRulesButSmall && small);
+    g.rule_boundary[r] = comp_grows[comp[r]] || own_context;
   }
 }
 
@@ -1700,26 +1732,28 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(
     const CompileOptions& options) {
   const auto t0 = Clock::now();
   grammar.validate();
-  if (options.inline_rules) {
+  // Too many chains across rules: one context per rule frame, first with the small rules
+  // still inlined, then every written rule on its own.
+  for (int mode = options.inline_rules ? kInline : kRulesButSmall; mode < kRules; ++mode) {
+    if (mode == kRulesButSmall && !options.inline_small_rules) continue;
     try {
-      return compile_impl(grammar, token_index, options, true, t0);
+      return compile_impl(grammar, token_index, options, mode, t0);
     } catch (const InlineTooLarge&) {
-      // Too many chains across rules: fall back to one context per rule frame.
     }
   }
-  return compile_impl(grammar, token_index, options, false, t0);
+  return compile_impl(grammar, token_index, options, kRules, t0);
 }
 
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
     const Grammar& grammar, std::shared_ptr<const TokenIndex> token_index,
-    const CompileOptions& options, bool inline_rules, std::chrono::steady_clock::time_point t0) {
+    const CompileOptions& options, int boundaries, std::chrono::steady_clock::time_point t0) {
   std::shared_ptr<CompiledGrammar> cg(new CompiledGrammar());
   cg->data_ = std::make_unique<CompiledData>();
   CompiledData& d = *cg->data_;
   d.options = options;
   d.tokens = token_index;
   flatten(grammar, token_index.get(), options, d.g);
-  mark_boundaries(d.g, inline_rules);
+  mark_boundaries(d.g, boundaries);
   d.contexts = StackPool(&d.g, nullptr, true);
   if (!token_index) {
     d.compile_ms = ms_since(t0);
@@ -1781,7 +1815,8 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
       uint32_t cnt;
       pool.succ(n, &cnt);
     }
-    if (inline_rules && pool.size() > std::min(options.max_contexts, options.max_inline_contexts)) {
+    if (boundaries != kRules &&
+        pool.size() > std::min(options.max_contexts, options.max_inline_contexts)) {
       throw InlineTooLarge{};
     }
     if (pool.size() > options.max_contexts) {
