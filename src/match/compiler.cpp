@@ -142,10 +142,9 @@ void flatten(const Grammar& grammar, const TokenIndex* tokens, const CompileOpti
 // Boundary rules: every rule in a strongly connected component of the call graph that
 // has a call inside the component which pushes a return address (so stacks can grow
 // without bound through it). Per rule (kRules), every user-written rule too; with
-// kRulesButSmall, except the rules that call no other or reach at most kSmallRule
-// positions in all (a character class with its escapes, an enum, an integer, whitespace):
-// as a context of its own such
-// a rule is left by nearly every token, and each stack there then needs a whole-stack walk.
+// kRulesButSmall, except the rules that reach at most kSmallRule positions in all (a
+// character class with its escapes, an enum, an integer): as a context of its own such a
+// rule is left by nearly every token, and each stack there then needs a whole-stack walk.
 enum Boundaries : int { kInline = 0, kRulesButSmall = 1, kRules = 2 };
 constexpr uint32_t kSmallRule = 32;
 void mark_boundaries(GrammarTables& g, int mode) {
