@@ -216,8 +216,8 @@ void mark_boundaries(GrammarTables& g, int mode) {
     for (uint32_t r : order) {
       if (comp_size[comp[r]] > 1) continue;
       uint64_t t = own[r];
-      for (auto [callee, pushes] : calls[r]) {
-        (void)pushes;
+      for (const auto& call : calls[r]) {
+        const uint32_t callee = call.first;
         t = callee == r ? UINT32_MAX : std::min<uint64_t>(UINT32_MAX, t + reach[callee]);
       }
       reach[r] = static_cast<uint32_t>(t);
@@ -684,20 +684,22 @@ struct Classifier {
     }
   }
 
+  // An observed walk (see family_chain) sees the sets a run stands for, down to `height`
+  // code points: whether it reaches them depends on those sets.
+  void note_run(uint32_t set, uint32_t height) {
+    for (uint32_t s = set, k = 0; s != 0 && k <= height && obs_base != kNoObserve;
+         ++k, s = states.run(s).next) {
+      note_low(set_low(s));
+    }
+  }
+
   // When every string below node j (at depth `depth`, parse state `set`) stays inside one
   // run of `set`, each token below is accepted (if its partial tail fits) without walking
   // the subtree.
   bool bulk_accept(uint32_t j, uint32_t set, uint32_t depth, bool pending) {
     const auto& sc = tokens.subtree_chars()[j];
     const WalkStates::Run r = states.run(set);
-    // An observed walk (see family_chain) sees the sets the run stands for: whether it
-    // reaches the subtree's height depends on them.
-    if (obs_base != kNoObserve) {
-      for (uint32_t s = set, k = 0; s != 0 && k <= sc.height && obs_base != kNoObserve;
-           ++k, s = states.run(s).next) {
-        note_low(set_low(s));
-      }
-    }
+    note_run(set, sc.height);
     if (sc.height > r.depth) return false;
     if ((sc.ascii[0] & ~r.ascii[0]) != 0 || (sc.ascii[1] & ~r.ascii[1]) != 0) return false;
     if (sc.non_ascii && !r.non_ascii) return false;
@@ -837,12 +839,7 @@ struct Classifier {
     if (r.depth < sc.height) return false;
     const std::vector<uint32_t>* exits = class_exits(r);
     if (exits == nullptr) return false;
-    if (obs_base != kNoObserve && !past_end) {
-      for (uint32_t s = set, k = 0; s != 0 && k <= sc.height && obs_base != kNoObserve;
-           ++k, s = states.run(s).next) {
-        note_low(set_low(s));
-      }
-    }
+    if (!past_end) note_run(set, sc.height);
     const auto& trie = tokens.trie();
     const auto& depth_of = tokens.node_depth();
     std::vector<Token>& out = past_end ? uncertain : accepted;
