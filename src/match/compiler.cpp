@@ -771,7 +771,7 @@ struct Classifier {
       if (sit != shared.exits.end()) {
         out = sit->second.get();
       } else if (shared.exits.size() < detail::SharedMasks::kMaxExitClasses) {
-        out = build_class_exits(r, shared);
+        out = build_class_exits(key, r, shared);
       }
     }
     exit_cache_.emplace(key, out);
@@ -780,7 +780,8 @@ struct Classifier {
   // Called with shared.mu held. Only the nodes whose code point is outside the class are
   // looked at (through the token index's code-point groups), marked in a bitmap over the
   // nodes, and read back in trie order: tens of microseconds for a string's class.
-  const std::vector<uint32_t>* build_class_exits(const WalkStates::Run& r,
+  const std::vector<uint32_t>* build_class_exits(const detail::SharedMasks::ClassKey& key,
+                                                 const WalkStates::Run& r,
                                                  detail::SharedMasks& shared) {
     const auto& trie = tokens.trie();
     const auto& groups = tokens.cp_groups();
@@ -813,8 +814,7 @@ struct Classifier {
     if (shared.bytes + bytes > detail::SharedMasks::kMaxBytes) return nullptr;
     shared.bytes += bytes;
     const std::vector<uint32_t>* out = exits.get();
-    shared.exits.emplace(detail::SharedMasks::ClassKey{{r.ascii[0], r.ascii[1]}, r.non_ascii},
-                         std::move(exits));
+    shared.exits.emplace(key, std::move(exits));
     return out;
   }
   std::vector<uint64_t> exit_bits_{};
@@ -1047,28 +1047,18 @@ struct Classifier {
       if (c.set == 0 && !c.exited && c.fset == 0 && !c.fexited && !c.pending) continue;
       classify_node(node, c.set, c.exited, c.fset, c.pending || c.fexited);
       if (node.end == j + 1) continue;  // a leaf
-      // Inside the context only (a pending walk still accepts what the context takes).
-      if (c.set != 0 && !c.exited && c.fset == 0 && !c.fexited &&
-          (bulk_accept(j, c.set, c.depth, c.pending) || skip_region(j, c, false))) {
-        if (uncertain.size() > uncertain_cap) {
-          over_cap = true;
-          todo.clear();
-          return;
-        }
-        continue;
-      }
-      if (c.set == 0 && !c.exited && c.fset != 0 && !c.fexited && !c.pending &&
-          skip_region(j, c, true)) {
-        if (uncertain.size() > uncertain_cap) {
-          over_cap = true;
-          todo.clear();
-          return;
-        }
-        continue;
-      }
-      if (c.set == 0 && (c.pending || (exit_any && c.exited))) {
-        // Nothing below can stay in the context: every token below is uncertain.
+      // The subtree taken at once: inside the context only (a pending walk still accepts
+      // what the context takes), past its end only, or every token below uncertain when
+      // nothing below can stay in the context.
+      bool taken = (c.set != 0 && !c.exited && c.fset == 0 && !c.fexited &&
+                    (bulk_accept(j, c.set, c.depth, c.pending) || skip_region(j, c, false))) ||
+                   (c.set == 0 && !c.exited && c.fset != 0 && !c.fexited && !c.pending &&
+                    skip_region(j, c, true));
+      if (!taken && c.set == 0 && (c.pending || (exit_any && c.exited))) {
         all_uncertain_below(j);
+        taken = true;
+      }
+      if (taken) {
         if (uncertain.size() > uncertain_cap) {
           over_cap = true;
           todo.clear();
