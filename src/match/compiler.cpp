@@ -57,16 +57,6 @@ RangeSet charset_ranges(const CharSet& cs) {
   return out;
 }
 
-bool merge_into(RangeSet& dst, const RangeSet& src) {
-  if (src.empty()) return false;
-  RangeSet m = dst;
-  m.insert(m.end(), src.begin(), src.end());
-  m = normalize(std::move(m));
-  if (m == dst) return false;
-  dst = std::move(m);
-  return true;
-}
-
 void flatten(const Grammar& grammar, const TokenIndex* tokens, const CompileOptions& opt,
              GrammarTables& g) {
   const auto& rules = grammar.rules();
@@ -309,13 +299,27 @@ class WalkStates {
       first_ptr_.resize(sets_.size(), nullptr);
     }
     if (!first_done_[set]) {
-      RangeSet u;
+      // The members' distinct character sets, their positive ranges gathered and merged once
+      // (merging set by set allocated three lists per member).
+      first_ids_.clear();
       const auto [off, len] = sets_[set];
       for (uint32_t i = 0; i < len; ++i) {
         const Elem& e = g_.elems[pool_.pos(data_[off + i])];
-        if (e.kind == detail::kChars) merge_into(u, charset_ranges(g_.charsets[e.arg]));
+        if (e.kind == detail::kChars) first_ids_.push_back(e.arg);
       }
-      firsts_[set] = detail::make_charset(false, false, std::move(u));
+      std::sort(first_ids_.begin(), first_ids_.end());
+      first_ids_.erase(std::unique(first_ids_.begin(), first_ids_.end()), first_ids_.end());
+      const CharSet* only = first_ids_.size() == 1 ? &g_.charsets[first_ids_[0]] : nullptr;
+      if (only != nullptr && !only->any && !only->negated) {
+        firsts_[set] = *only;
+      } else {
+        RangeSet u;
+        for (uint32_t id : first_ids_) {
+          const RangeSet& r = positive_ranges(id);
+          u.insert(u.end(), r.begin(), r.end());
+        }
+        firsts_[set] = detail::make_charset(false, false, std::move(u));
+      }
       first_done_[set] = 1;
       first_ptr_[set] = &firsts_[set];
     }
@@ -508,6 +512,19 @@ class WalkStates {
     return exited;
   }
 
+  // The code points of a grammar character set as ranges (negation applied): memoized.
+  const RangeSet& positive_ranges(uint32_t charset) {
+    if (pos_done_.empty()) {
+      pos_ranges_.resize(g_.charsets.size());
+      pos_done_.resize(g_.charsets.size(), 0);
+    }
+    if (!pos_done_[charset]) {
+      pos_ranges_[charset] = charset_ranges(g_.charsets[charset]);
+      pos_done_[charset] = 1;
+    }
+    return pos_ranges_[charset];
+  }
+
   uint32_t compute(uint32_t set, uint32_t cp) {
     const bool exited = successors(set, cp, false);
     members_.assign(scratch_.begin(), scratch_.end());
@@ -528,6 +545,9 @@ class WalkStates {
   std::deque<CharSet> firsts_;  // a deque: frames keep pointers into it while it grows
   std::vector<uint8_t> first_done_;
   std::vector<const CharSet*> first_ptr_;  // into firsts_, without the deque's indexing
+  std::vector<uint32_t> first_ids_;       // scratch of first()
+  std::vector<RangeSet> pos_ranges_;      // per grammar character set (positive_ranges)
+  std::vector<uint8_t> pos_done_;
   std::vector<Run> runs_;
   std::vector<uint8_t> run_state_;  // 0: unknown, 1: class and successor, 2: with depth
   std::vector<uint32_t> chain_;
