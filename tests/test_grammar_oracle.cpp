@@ -490,6 +490,26 @@ other ::= [^"\\a] [^"\\]* | "a" [^"\\b] [^"\\]*)g",
   EXPECT_GT(stats.steps, grammars.size() * 3);
 }
 
+// A context whose top takes a broad class C0 into a loop on a broad class C1 copies the
+// shared bitmask of the tokens C0 C1* and walks only what lies outside it. C0 narrower and
+// wider than C1, a C0 that leaves out a code point >= 128 (the high code points are then
+// walked one by one), partial UTF-8 tails, JSON's escapes, and a loop that ends in a second
+// class right after.
+TEST_P(Oracle, RootCoverMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::vector<std::string> grammars = {
+      R"g(root ::= "{" (kv ("," kv)*)? "}"
+kv ::= "\"" ("id" | [^"\\i] [^"\\]* | "i" [^"\\d] [^"\\]*) "\"" ":" [0-9])g",
+      R"g(root ::= "<" [^<>] [^<>,;]* ("," [^<>é] [^<>]*)* ">")g",
+      R"g(root ::= "\"" char* "\"" ("," "\"" char* "\"")*
+char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g",
+      R"g(root ::= "[" [^\]]* "]" [^\[]{0,5} "[" [a-z ]* "]")g"};
+  const WalkStats stats = walk_each(fx, grammars, 3, 20, 5151);
+  std::printf("[oracle] %s root covers: %zu steps compared\n", GetParam().c_str(), stats.steps);
+  EXPECT_GT(stats.steps, grammars.size() * 3);
+}
+
 INSTANTIATE_TEST_SUITE_P(Vocabs, Oracle, ::testing::Values("llama-bpe", "llama-spm", "qwen2"),
                          [](const auto& info) {
                            std::string s = info.param;

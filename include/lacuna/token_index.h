@@ -113,6 +113,10 @@ class TokenIndex {
   // kText/kInvalid tokens whose first byte is a UTF-8 continuation byte (0x80-0xBF): the
   // only tokens that can follow a token ending in a partial sequence.
   const std::vector<Token>& continuation_tokens() const { return continuation_; }
+  // Control tokens, sorted.
+  const std::vector<Token>& control_tokens() const { return control_list_; }
+  // Indices into trie_tokens() of the tokens with a partial UTF-8 tail, ascending.
+  const std::vector<uint32_t>& partial_trie_tokens() const { return partial_trie_tokens_; }
 
   double build_ms() const { return build_ms_; }
   size_t memory_bytes() const;
@@ -143,6 +147,8 @@ class TokenIndex {
   std::vector<NodeWithParent> cp_groups_;
   std::vector<uint32_t> cp_group_offsets_;
   std::vector<Token> continuation_;
+  std::vector<Token> control_list_;
+  std::vector<uint32_t> partial_trie_tokens_;
   double build_ms_ = 0;
   std::shared_ptr<detail::SharedMasks> shared_masks_;
 };

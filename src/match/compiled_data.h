@@ -188,6 +188,23 @@ struct SharedMasks {
   static constexpr size_t kMaxExitClasses = 4096;
   std::unordered_map<ClassKey, std::unique_ptr<const std::vector<uint32_t>>, ClassKeyHash>
       exits;  // guarded by mu
+
+  // Class tokens (see class_tokens() in compiler.cpp): a bitmask over the vocabulary of the
+  // tokens all of whose code points are in a class, without a partial UTF-8 tail, and
+  // without control tokens unless `controls_as_text`.
+  struct ClassTokensKey {
+    ClassKey cls;
+    bool controls_as_text;
+    bool operator==(const ClassTokensKey&) const = default;
+  };
+  struct ClassTokensKeyHash {
+    size_t operator()(const ClassTokensKey& k) const {
+      return ClassKeyHash()(k.cls) * 2 + k.controls_as_text;
+    }
+  };
+  std::unordered_map<ClassTokensKey, std::unique_ptr<const std::vector<uint32_t>>,
+                     ClassTokensKeyHash>
+      class_tokens;  // guarded by mu
 };
 
 // Computes context masks: the vocabulary-trie walk (compiler.cpp). Not thread-safe.

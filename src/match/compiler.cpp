@@ -545,8 +545,8 @@ class WalkStates {
   std::deque<CharSet> firsts_;  // a deque: frames keep pointers into it while it grows
   std::vector<uint8_t> first_done_;
   std::vector<const CharSet*> first_ptr_;  // into firsts_, without the deque's indexing
-  std::vector<uint32_t> first_ids_;       // scratch of first()
-  std::vector<RangeSet> pos_ranges_;      // per grammar character set (positive_ranges)
+  std::vector<uint32_t> first_ids_;        // scratch of first()
+  std::vector<RangeSet> pos_ranges_;       // per grammar character set (positive_ranges)
   std::vector<uint8_t> pos_done_;
   std::vector<Run> runs_;
   std::vector<uint8_t> run_state_;  // 0: unknown, 1: class and successor, 2: with depth
@@ -724,7 +724,7 @@ struct Classifier {
     if ((sc.ascii[0] & ~r.ascii[0]) != 0 || (sc.ascii[1] & ~r.ascii[1]) != 0) return false;
     if (sc.non_ascii && !r.non_ascii) return false;
     take_in_run(tokens.trie()[j].tok_end, tok_begin_of(tokens.trie()[j].end), set, depth, accepted,
-                pending ? &uncertain : nullptr);
+                pending ? &uncertain : nullptr, covered(j, set, depth, pending));
     return true;
   }
 
@@ -738,16 +738,12 @@ struct Classifier {
   // first `depth` lie in the run of `set` (within its depth): a token with a partial UTF-8
   // tail only if the set its full code points end in may take the tail, and otherwise to
   // `rest` if given (a pending walk: what lies past the context may take it).
+  // `covered`: the tokens without a partial tail are in cover_bits already; only those with
+  // one are looked at.
   void take_in_run(uint32_t tb, uint32_t te, uint32_t set, uint32_t depth, std::vector<Token>& out,
-                   std::vector<Token>* rest) {
+                   std::vector<Token>* rest, bool covered = false) {
     const auto& tt = tokens.trie_tokens();
-    for (uint32_t k = tb; k < te; ++k) {
-      const auto& t = tt[k];
-      if (!no_text.empty() && no_text[static_cast<size_t>(t.id)]) continue;
-      if (t.partial.n_remain == 0) {
-        out.push_back(t.id);
-        continue;
-      }
+    auto take_partial = [&](const TokenIndex::TrieToken& t) {
       size_t ncp;
       tokens.code_points(t.id, &ncp);
       uint32_t s = set;
@@ -757,7 +753,134 @@ struct Classifier {
       } else if (rest != nullptr) {
         rest->push_back(t.id);
       }
+    };
+    if (covered) {
+      const auto& pt = tokens.partial_trie_tokens();
+      for (auto it = std::lower_bound(pt.begin(), pt.end(), tb); it != pt.end() && *it < te; ++it) {
+        const auto& t = tt[*it];
+        if (no_text.empty() || !no_text[static_cast<size_t>(t.id)]) take_partial(t);
+      }
+      return;
     }
+    for (uint32_t k = tb; k < te; ++k) {
+      const auto& t = tt[k];
+      if (!no_text.empty() && no_text[static_cast<size_t>(t.id)]) continue;
+      if (t.partial.n_remain == 0) {
+        out.push_back(t.id);
+      } else {
+        take_partial(t);
+      }
+    }
+  }
+
+  // Root cover: a context whose top takes a broad class C0 into a set that loops on a broad
+  // class C1 containing C0 (a string's characters; the first character of a key that is
+  // not one of the names, then the rest of it) accepts every token of C0 C1* without a
+  // partial tail. The tokens of C1* are shared by every grammar (SharedMasks::class_tokens):
+  // the walk copies them as a bitmask, clears those that start outside C0 (a few of the
+  // root's subtrees), and takes only what lies outside them.
+  const std::vector<uint32_t>* cover_bits = nullptr;
+  uint32_t cover_set = 0;                       // the set after one code point of C0
+  detail::SharedMasks::ClassKey cover_first{};  // C0
+  std::vector<uint32_t> cover_clear{};          // root children in C1 but not in C0
+  static constexpr int kMaxCoverClear = 16;
+
+  static detail::SharedMasks::ClassKey class_key(const WalkStates::Run& r) {
+    return {{r.ascii[0], r.ascii[1]}, r.non_ascii};
+  }
+  static bool in_class(const detail::SharedMasks::ClassKey& k, uint32_t cp) {
+    return cp < 128 ? ((k.ascii[cp >> 6] >> (cp & 63)) & 1u) != 0 : k.non_ascii;
+  }
+  // Whether the tokens a run takes below node j, at `depth` in `set`, are all in the cover
+  // but for partial tails: j is a child of the root in C0, and `set` the loop on C1.
+  bool covered(uint32_t j, uint32_t set, uint32_t depth, bool pending) const {
+    return cover_bits != nullptr && depth == 1 && !pending && set == cover_set &&
+           in_class(cover_first, tokens.trie()[j].cp);
+  }
+
+  void setup_cover(uint32_t set0) {
+    cover_bits = nullptr;
+    if (printable_count(states.first(set0).ascii) < kMinExitClassPrintable) return;
+    const WalkStates::Run r0 = states.run(set0);
+    if (r0.next == 0 || printable_count(r0.ascii) < kMinExitClassPrintable) return;
+    const WalkStates::Run r1 = states.run(r0.next);
+    if (r1.next != r0.next || r0.non_ascii != r1.non_ascii) return;
+    const uint64_t only1[2] = {r1.ascii[0] & ~r0.ascii[0], r1.ascii[1] & ~r0.ascii[1]};
+    if ((r0.ascii[0] & ~r1.ascii[0]) != 0 || (r0.ascii[1] & ~r1.ascii[1]) != 0 ||
+        __builtin_popcountll(only1[0]) + __builtin_popcountll(only1[1]) > kMaxCoverClear) {
+      return;
+    }
+    if (class_exits(r1) == nullptr) return;
+    cover_bits = class_tokens(class_key(r1));
+    if (cover_bits == nullptr) return;
+    cover_set = r0.next;
+    cover_first = class_key(r0);
+    cover_clear.clear();
+    const auto& trie = tokens.trie();
+    for (uint32_t j : tokens.root_children()) {
+      const uint32_t cp = trie[j].cp;
+      if (cp < 128 && ((only1[cp >> 6] >> (cp & 63)) & 1u) != 0) cover_clear.push_back(j);
+    }
+  }
+
+  // The cover's bitmask: the class tokens less those under cover_clear.
+  void cover_into(std::vector<uint32_t>& bits) const {
+    bits = *cover_bits;
+    const auto& trie = tokens.trie();
+    const auto& tt = tokens.trie_tokens();
+    for (uint32_t j : cover_clear) {
+      const uint32_t te = tok_begin_of(trie[j].end);
+      for (uint32_t k = trie[j].tok_begin; k < te; ++k) {
+        const auto t = static_cast<uint32_t>(tt[k].id);
+        bits[t >> 5] &= ~(1u << (t & 31));
+      }
+    }
+  }
+
+  // The class tokens of `cls` (see SharedMasks::class_tokens): built once per token index
+  // and class, shared by every grammar; null when the shared cache is full.
+  std::unordered_map<detail::SharedMasks::ClassTokensKey, const std::vector<uint32_t>*,
+                     detail::SharedMasks::ClassTokensKeyHash>
+      class_tokens_cache_{};
+  const std::vector<uint32_t>* class_tokens(const detail::SharedMasks::ClassKey& cls) {
+    const detail::SharedMasks::ClassTokensKey key{cls, no_text.empty()};
+    auto it = class_tokens_cache_.find(key);
+    if (it != class_tokens_cache_.end()) return it->second;
+    const std::vector<uint32_t>* out = nullptr;
+    detail::SharedMasks& shared = tokens.shared_masks();
+    {
+      std::lock_guard<std::mutex> lock(shared.mu);
+      auto sit = shared.class_tokens.find(key);
+      if (sit != shared.class_tokens.end()) {
+        out = sit->second.get();
+      } else {
+        const size_t words = bitmask_words(tokens.n_vocab());
+        if (shared.bytes + words * 4 <= detail::SharedMasks::kMaxBytes) {
+          // The trie in preorder, pruned at code points outside the class.
+          auto bits = std::make_unique<std::vector<uint32_t>>(words, 0);
+          const auto& trie = tokens.trie();
+          const auto& tt = tokens.trie_tokens();
+          for (uint32_t j = 1; j < trie.size();) {
+            if (!in_class(cls, trie[j].cp)) {
+              j = trie[j].end;
+              continue;
+            }
+            for (uint32_t k = trie[j].tok_begin; k < trie[j].tok_end; ++k) {
+              const auto& t = tt[k];
+              if (t.partial.n_remain != 0) continue;
+              if (!key.controls_as_text && tokens.is_control(t.id)) continue;
+              bitmask_set(bits->data(), t.id);
+            }
+            ++j;
+          }
+          shared.bytes += words * 4;
+          out = bits.get();
+          shared.class_tokens.emplace(key, std::move(bits));
+        }
+      }
+    }
+    class_tokens_cache_.emplace(key, out);
+    return out;
   }
 
   // Printable ASCII code points (0x20-0x7E) in a bitmap of 0-127. A class with fewer than
@@ -864,6 +987,7 @@ struct Classifier {
     const auto& depth_of = tokens.node_depth();
     std::vector<Token>& out = past_end ? uncertain : accepted;
     std::vector<Token>* rest = !past_end && c.pending ? &uncertain : nullptr;
+    const bool cov = !past_end && covered(j, set, c.depth, c.pending);
     region_exits_.clear();
     // Nodes [lo, hi) under a node inside the class: the tokens up to each exit, then past
     // the exit's subtree.
@@ -873,7 +997,7 @@ struct Classifier {
       while (cur < hi) {
         it = std::lower_bound(it, exits->end(), cur);
         const uint32_t b = it != exits->end() && *it < hi ? *it : hi;
-        take_in_run(trie[cur].tok_begin, tok_begin_of(b), set, c.depth, out, rest);
+        take_in_run(trie[cur].tok_begin, tok_begin_of(b), set, c.depth, out, rest, cov);
         if (b == hi) break;
         region_exits_.push_back(b);
         cur = trie[b].end;
@@ -890,7 +1014,7 @@ struct Classifier {
           region_exits_.push_back(n);
           continue;
         }
-        take_in_run(trie[n].tok_begin, trie[n].tok_end, set, c.depth, out, rest);
+        take_in_run(trie[n].tok_begin, trie[n].tok_end, set, c.depth, out, rest, cov);
         scan(n + 1, trie[n].end);
       }
     }
@@ -1024,6 +1148,7 @@ struct Classifier {
   void classify_list(uint32_t chain, const std::vector<Token>& ids) {
     accepted.clear();
     uncertain.clear();
+    cover_bits = nullptr;
     std::vector<uint32_t> m{chain};
     path.clear();
     path.push_back(make_frame(states.intern(m), 0, 0, false, false, false));
@@ -1101,6 +1226,7 @@ struct Classifier {
     // may take none of them (hundreds of tokens skipped per context).
     if (states.takes_high(set0)) classify_node(trie[0], set0, false, 0, false);
     const CharSet& top = g.charsets[g.elems[pool.pos(chain)].arg];
+    setup_cover(set0);
     const auto& kids = tokens.root_children();
     if (!top.any && !top.negated) {
       for (const auto& r : top.ranges) {
@@ -1268,7 +1394,10 @@ class ContextClassifier {
     cl_.classify_context(w);
     auto cm = std::make_unique<ContextMask>();
     const size_t n_vocab = d_.tokens->n_vocab();
-    if (cl_.accepted.size() * 32 > n_vocab) {
+    if (cl_.cover_bits != nullptr) {
+      cl_.cover_into(cm->accepted_bits);
+      for (Token t : cl_.accepted) bitmask_set(cm->accepted_bits.data(), t);
+    } else if (cl_.accepted.size() * 32 > n_vocab) {
       cm->accepted_bits.assign(bitmask_words(n_vocab), 0);
       for (Token t : cl_.accepted) bitmask_set(cm->accepted_bits.data(), t);
     } else {
@@ -1768,15 +1897,10 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
   const TokenIndex& tokens = *token_index;
   const size_t n_vocab = tokens.n_vocab();
   if (!options.special_tokens_as_text) {
-    std::vector<uint8_t> no_text(n_vocab, 0);
-    bool anyc = false;
-    for (size_t t = 0; t < n_vocab; ++t) {
-      if (tokens.is_control(static_cast<Token>(t))) {
-        no_text[t] = 1;
-        anyc = true;
-      }
+    if (!tokens.control_tokens().empty()) {
+      d.no_text.assign(n_vocab, 0);
+      for (Token t : tokens.control_tokens()) d.no_text[static_cast<size_t>(t)] = 1;
     }
-    if (anyc) d.no_text = std::move(no_text);
   }
   // Every context chain: start from every position, close under successors.
   StackPool& pool = d.contexts;

@@ -84,7 +84,8 @@ size_t TokenIndex::memory_bytes() const {
          trie_tokens_.capacity() * sizeof(TrieToken) + root_children_.capacity() * 4 +
          subtree_chars_.capacity() * sizeof(SubtreeChars) + node_depth_.capacity() * 2 +
          cp_groups_.capacity() * sizeof(NodeWithParent) + cp_group_offsets_.capacity() * 4 +
-         continuation_.capacity() * 4 + (child_offsets_.capacity() + child_nodes_.capacity()) * 4;
+         continuation_.capacity() * 4 + (child_offsets_.capacity() + child_nodes_.capacity()) * 4 +
+         control_list_.capacity() * 4 + partial_trie_tokens_.capacity() * 4;
 }
 
 std::shared_ptr<const TokenIndex> TokenIndex::build(const llama_vocab* vocab) {
@@ -215,6 +216,15 @@ void TokenIndex::finish() {
   while (!path.empty()) {
     trie_[path.back()].end = static_cast<uint32_t>(trie_.size());
     path.pop_back();
+  }
+  partial_trie_tokens_.clear();
+  for (size_t k = 0; k < trie_tokens_.size(); ++k) {
+    if (trie_tokens_[k].partial.n_remain != 0)
+      partial_trie_tokens_.push_back(static_cast<uint32_t>(k));
+  }
+  control_list_.clear();
+  for (size_t t = 0; t < n && t < control_.size(); ++t) {
+    if (control_[t]) control_list_.push_back(static_cast<Token>(t));
   }
   subtree_chars_.assign(trie_.size(), SubtreeChars{{0, 0}, false, 0});
   for (size_t i = trie_.size(); i-- > 1;) {
