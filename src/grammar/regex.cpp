@@ -677,11 +677,33 @@ bool contains_empty_class(const Node& n) {
 
 }  // namespace
 
+namespace {
+std::string json_string_char_expression(const CharSet& set, gbnf::RuleSet& rules);
+}  // namespace
+
 std::string char_expression(const CharSet& set, gbnf::RuleSet& rules, Encoding encoding) {
   if (encoding == Encoding::Raw) {
     std::string c = gbnf::char_class(set);
     return c;
   }
+  // The same classes come back in every key automaton and string of a schema: the
+  // expression of a class is made once per rule set.
+  std::string key = "char:";
+  for (const auto& r : set.ranges()) {
+    key.append(reinterpret_cast<const char*>(&r.lo), sizeof r.lo);
+    key.append(reinterpret_cast<const char*>(&r.hi), sizeof r.hi);
+  }
+  auto& derived = rules.derived();
+  auto found = derived.find(key);
+  if (found != derived.end()) return found->second;
+  std::string out = json_string_char_expression(set, rules);
+  derived.emplace(std::move(key), out);
+  return out;
+}
+
+namespace {
+
+std::string json_string_char_expression(const CharSet& set, gbnf::RuleSet& rules) {
   CharSet plain = set.intersect(CharSet::range(0x20, gbnf::kMaxCodePoint));
   plain = plain.minus(CharSet::of('"'));
   plain = plain.minus(CharSet::of('\\'));
@@ -725,6 +747,8 @@ std::string char_expression(const CharSet& set, gbnf::RuleSet& rules, Encoding e
   }
   return rules.add("char", body);
 }
+
+}  // namespace
 
 std::string regex_expression(std::string_view pattern, gbnf::RuleSet& rules, Encoding encoding,
                              const RegexOptions& options) {

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace lacuna::gbnf {
@@ -79,6 +80,10 @@ class RuleSet {
   // The grammar text: `root ::= root_body` first, then every rule in creation order.
   std::string to_string(const std::string& root_body) const;
 
+  // Expressions derived from a key by a deterministic function of the key and of the rules
+  // it adds (each of which add() finds again): computed once per rule set.
+  std::unordered_map<std::string, std::string>& derived() { return derived_; }
+
  private:
   std::string unique_name(std::string_view hint);
   void account(size_t n);
@@ -89,6 +94,7 @@ class RuleSet {
   std::map<std::string, std::string> bodies_;   // name -> body
   std::map<std::string, std::string> by_body_;  // body -> name
   std::map<std::string, int> counters_;
+  std::unordered_map<std::string, std::string> derived_;
 };
 
 }  // namespace lacuna::gbnf

@@ -1937,13 +1937,14 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
   for (uint32_t n = 1; n < pool.size(); ++n) {
     const auto kind = d.g.elems[pool.pos(n)].kind;
     if (kind == detail::kEnd) continue;  // a frame marker: popping it leaves the chain
+    tmp.clear();
     if (kind == detail::kRef) {
       // A return address: at run time a pop may land on it and expand it.
-      tmp.clear();
       pool.expand(n, tmp);
     } else {
-      uint32_t cnt;
-      pool.succ(n, &cnt);
+      // The stacks after its terminal (not kept: each node is visited once here, and
+      // walks and matchers use pools of their own).
+      pool.start(pool.pos(n) + 1, pool.parent(n), tmp);
     }
     if (boundaries != kRules &&
         pool.size() > std::min(options.max_contexts, options.max_inline_contexts)) {
