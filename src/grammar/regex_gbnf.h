@@ -91,9 +91,9 @@ class RuleSet {
   size_t max_bytes_;
   size_t bytes_ = 0;
   std::vector<std::string> order_;
-  std::map<std::string, std::string> bodies_;   // name -> body
-  std::map<std::string, std::string> by_body_;  // body -> name
-  std::map<std::string, int> counters_;
+  std::unordered_map<std::string, std::string> bodies_;   // name -> body
+  std::unordered_map<std::string, std::string> by_body_;  // body -> name
+  std::unordered_map<std::string, int> counters_;
   std::unordered_map<std::string, std::string> derived_;
 };
 
