@@ -77,6 +77,8 @@ class StackPool {
   StackPool(const GrammarTables* g, const StackPool* contexts, bool local);
 
   uint32_t make(uint32_t pos, uint32_t parent);
+  // Room for n nodes without growing (call on a fresh pool).
+  void reserve(size_t n);
   // Lookup without insertion (kUnknown when absent).
   uint32_t find(uint32_t pos, uint32_t parent) const;
   uint32_t pos(uint32_t n) const { return nodes_[n].pos; }

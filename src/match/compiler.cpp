@@ -1904,6 +1904,10 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
   }
   // Every context chain: start from every position, close under successors.
   StackPool& pool = d.contexts;
+  // Schema grammars have about ten contexts per grammar position: room for them up front
+  // instead of growing the node list and rehashing the table as they come.
+  pool.reserve(std::min<size_t>(8 * d.g.elems.size(),
+                                std::min(options.max_contexts, options.max_inline_contexts)));
   std::vector<uint32_t> tmp;
   // Seeds: the initial stacks, and every position of a boundary rule (a chain bottom).
   const auto& g = d.g;

@@ -91,6 +91,13 @@ void StackPool::grow_table() {
   table_.swap(t);
 }
 
+void StackPool::reserve(size_t n) {
+  nodes_.reserve(n);
+  size_t slots = table_.size();
+  while (slots < 2 * n) slots *= 2;
+  if (slots != table_.size() && nodes_.size() <= 1) table_.assign(slots, 0);
+}
+
 bool StackPool::keep_parent(uint32_t pos, uint32_t parent) const {
   return parent != kEmpty && !g_->rule_boundary[g_->elem_rule[pos]];
 }
