@@ -101,7 +101,7 @@ struct WalkStats {
 
 // Walks `steps` tokens, comparing masks at every step. Returns false on the first mismatch.
 void walk(const VocabFixture& fx, const std::string& gbnf, size_t steps, uint64_t seed,
-          WalkStats& stats) {
+          WalkStats& stats, std::shared_ptr<const CompiledGrammar> compiled = nullptr) {
   const size_t n_vocab = fx.index->n_vocab();
   Grammar grammar;
   try {
@@ -124,7 +124,7 @@ void walk(const VocabFixture& fx, const std::string& gbnf, size_t steps, uint64_
   options.inline_rules = (seed & 2) == 0;
   options.inline_small_rules = (seed & 8) == 0;
   options.share_masks = (seed & 4) == 0;
-  auto cg = CompiledGrammar::compile(grammar, fx.index, options);
+  auto cg = compiled ? compiled : CompiledGrammar::compile(grammar, fx.index, options);
   GrammarMatcher m(cg);
   std::mt19937_64 rng(seed);
   std::vector<uint32_t> ours(bitmask_words(n_vocab));
@@ -508,6 +508,61 @@ char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g",
   const WalkStats stats = walk_each(fx, grammars, 3, 20, 5151);
   std::printf("[oracle] %s root covers: %zu steps compared\n", GetParam().c_str(), stats.steps);
   EXPECT_GT(stats.steps, grammars.size() * 3);
+}
+
+// Matchers of one compiled grammar share the run-time checks of the stacks they meet (by
+// the stack's positions). Texts that reach one same top position above different stacks
+// (a word inside "(" or "[", at several depths), each walked by a new matcher of one
+// compiled grammar, one after the other and twice: every mask must still be llama.cpp's.
+TEST_P(Oracle, MatchersShareCheckedStacks) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::string gbnf = R"g(root ::= item ("," ws item)*
+item ::= "(" ws v ws ")" | "[" ws v ws "]" | "{" ws v ws "}"
+v ::= [a-z]+ | item
+ws ::= [ ]?)g";
+  const std::vector<std::string> texts = {"(abc)",   "[abc]",   "([abc])",    "[(abc)]",
+                                          "((the))", "[[the]]", "({in}),[x]", "[{in}],(x)"};
+  size_t steps = 0;
+  {
+    CompileOptions options;
+    options.eager_ms = 0;
+    options.inline_rules = false;
+    auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
+    for (int round = 0; round < 2; ++round) {
+      for (const std::string& text : texts) {
+        SCOPED_TRACE(text);
+        const std::vector<llama_token> toks = greedy_tokens(*fx.index, text);
+        llama_sampler* smpl = llama_sampler_init_grammar(fx.vocab, gbnf.c_str(), "root");
+        ASSERT_NE(smpl, nullptr);
+        GrammarMatcher m(cg);
+        std::vector<uint32_t> ours(bitmask_words(fx.index->n_vocab()));
+        for (size_t i = 0; i <= toks.size(); ++i) {
+          m.fill_next_token_bitmask(ours.data());
+          std::vector<uint32_t> theirs = llama_mask(smpl, fx.index->n_vocab());
+          exclude_eog_in_partial(m, *fx.index, ours, theirs);
+          size_t diffs = 0;
+          for (size_t t = 0; t < fx.index->n_vocab() && diffs < 5; ++t) {
+            const bool a = bitmask_test(ours.data(), static_cast<Token>(t));
+            const bool b = bitmask_test(theirs.data(), static_cast<Token>(t));
+            if (a != b) {
+              ++diffs;
+              ADD_FAILURE() << "round " << round << " step " << i << " token '"
+                            << fx.index->token_bytes(static_cast<Token>(t)) << "': lacuna " << a
+                            << ", llama.cpp " << b;
+            }
+          }
+          if (diffs > 0 || i == toks.size()) break;
+          ++steps;
+          ASSERT_TRUE(m.accept_token(toks[i])) << "step " << i;
+          llama_sampler_accept(smpl, toks[i]);
+        }
+        llama_sampler_free(smpl);
+      }
+    }
+  }
+  std::printf("[oracle] %s shared stack checks: %zu steps compared\n", GetParam().c_str(), steps);
+  EXPECT_GT(steps, texts.size() * 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabs, Oracle, ::testing::Values("llama-bpe", "llama-spm", "qwen2"),

@@ -238,6 +238,12 @@ struct CompiledData {
   // vocabulary trie with nothing below the stack, shared by every matcher of this grammar.
   // Null when computing it hit a limit (the caller then checks the uncertain tokens).
   const ContextMask* deep_mask(const std::vector<uint32_t>& positions) const;
+  // The run-time check of a whole stack's uncertain tokens (its positions from the top down;
+  // no partial UTF-8 sequence pending), shared by every matcher of this grammar: appends the
+  // tokens it accepts to `out` and returns true when some matcher has checked that stack.
+  bool find_checked(const std::vector<uint32_t>& positions, std::vector<Token>& out) const;
+  void add_checked(const std::vector<uint32_t>& positions, const Token* accepted, size_t n) const;
+  static constexpr size_t kMaxCheckedTokens = size_t{1} << 22;
   // Contexts with more uncertain tokens than this use deep masks at run time.
   size_t deep_threshold() const { return tokens ? tokens->n_vocab() / 16 : 0; }
   size_t n_masked_contexts() const { return n_masked_; }    // contexts with a character top
@@ -254,6 +260,13 @@ struct CompiledData {
   mutable std::vector<uint8_t> failed;                      // guarded by lazy_mu
   mutable bool keep_classifier = false;                     // guarded by lazy_mu: deep masks
   mutable MasksByPositions deep;                            // guarded by lazy_mu
+  mutable std::mutex checked_mu;
+  struct Checked {
+    std::vector<uint32_t> positions;
+    std::vector<Token> accepted;
+  };
+  mutable std::unordered_multimap<uint64_t, Checked> checked;  // guarded by checked_mu
+  mutable size_t checked_tokens = 0;                           // guarded by checked_mu
   mutable std::atomic<size_t> n_computed_{0};
   mutable std::atomic<size_t> masks_bytes_{0};
 };

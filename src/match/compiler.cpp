@@ -1834,6 +1834,34 @@ const ContextMask* CompiledData::compute_mask(uint32_t ctx) const {
   return m;
 }
 
+bool CompiledData::find_checked(const std::vector<uint32_t>& positions,
+                                std::vector<Token>& out) const {
+  const uint64_t h = hash_ids(positions.data(), positions.size());
+  std::lock_guard<std::mutex> lock(checked_mu);
+  auto range = checked.equal_range(h);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (it->second.positions == positions) {
+      out.insert(out.end(), it->second.accepted.begin(), it->second.accepted.end());
+      return true;
+    }
+  }
+  return false;
+}
+
+void CompiledData::add_checked(const std::vector<uint32_t>& positions, const Token* accepted,
+                               size_t n) const {
+  const uint64_t h = hash_ids(positions.data(), positions.size());
+  std::lock_guard<std::mutex> lock(checked_mu);
+  // Full: later stacks are checked by each matcher on its own (as before sharing).
+  if (checked_tokens + n + positions.size() > kMaxCheckedTokens) return;
+  auto range = checked.equal_range(h);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (it->second.positions == positions) return;  // another matcher was first
+  }
+  checked_tokens += n + positions.size();
+  checked.emplace(h, Checked{positions, std::vector<Token>(accepted, accepted + n)});
+}
+
 const ContextMask* CompiledData::deep_mask(const std::vector<uint32_t>& positions) const {
   std::lock_guard<std::mutex> lock(lazy_mu);
   const ContextMask* known;

@@ -358,8 +358,16 @@ class MatcherState {
         memo_tokens_.clear();
       }
       const uint32_t off = static_cast<uint32_t>(memo_tokens_.size());
-      check_uncertain(s, cm.uncertain_ids.data(), static_cast<uint32_t>(cm.uncertain_ids.size()),
-                      memo_tokens_);
+      // Other matchers of this grammar (the next request with the same schema) meet the same
+      // stacks: the answer is shared by the stack's positions.
+      key_pos_.clear();
+      for (uint32_t c = s; c != StackPool::kEmpty; c = pool_.parent(c))
+        key_pos_.push_back(pool_.pos(c));
+      if (!d_->find_checked(key_pos_, memo_tokens_)) {
+        check_uncertain(s, cm.uncertain_ids.data(), static_cast<uint32_t>(cm.uncertain_ids.size()),
+                        memo_tokens_);
+        d_->add_checked(key_pos_, memo_tokens_.data() + off, memo_tokens_.size() - off);
+      }
       it = memo_.emplace(s, MemoRange{off, static_cast<uint32_t>(memo_tokens_.size() - off)}).first;
     }
     const Token* t = memo_tokens_.data() + it->second.off;
@@ -467,6 +475,7 @@ class MatcherState {
   };
   static constexpr size_t kMemoMaxTokens = size_t{1} << 22;
   std::unordered_map<uint32_t, MemoRange> memo_;
+  std::vector<uint32_t> key_pos_;  // scratch: a stack's positions
   std::unordered_map<uint32_t, const detail::ContextMask*> deep_memo_;
   std::vector<uint32_t> deep_pos_;
   std::vector<Token> memo_tokens_;
