@@ -334,14 +334,20 @@ class MatcherState {
     }
   }
 
+  // The positions of stack s from the top down (the key of what matchers of one grammar
+  // share about a stack), in a scratch list valid until the next call.
+  const std::vector<uint32_t>& positions_of(uint32_t s) {
+    pos_scratch_.clear();
+    for (uint32_t c = s; c != StackPool::kEmpty; c = pool_.parent(c))
+      pos_scratch_.push_back(pool_.pos(c));
+    return pos_scratch_;
+  }
+
   // The shared deep mask of stack s (null: not available), memoized per stack.
   const detail::ContextMask* deep_mask(uint32_t s) {
     auto it = deep_memo_.find(s);
     if (it != deep_memo_.end()) return it->second;
-    deep_pos_.clear();
-    for (uint32_t c = s; c != StackPool::kEmpty; c = pool_.parent(c))
-      deep_pos_.push_back(pool_.pos(c));
-    const detail::ContextMask* m = d_->deep_mask(deep_pos_);
+    const detail::ContextMask* m = d_->deep_mask(positions_of(s));
     deep_memo_.emplace(s, m);
     return m;
   }
@@ -360,13 +366,11 @@ class MatcherState {
       const uint32_t off = static_cast<uint32_t>(memo_tokens_.size());
       // Other matchers of this grammar (the next request with the same schema) meet the same
       // stacks: the answer is shared by the stack's positions.
-      key_pos_.clear();
-      for (uint32_t c = s; c != StackPool::kEmpty; c = pool_.parent(c))
-        key_pos_.push_back(pool_.pos(c));
-      if (!d_->find_checked(key_pos_, memo_tokens_)) {
+      const std::vector<uint32_t>& key = positions_of(s);
+      if (!d_->find_checked(key, memo_tokens_)) {
         check_uncertain(s, cm.uncertain_ids.data(), static_cast<uint32_t>(cm.uncertain_ids.size()),
                         memo_tokens_);
-        d_->add_checked(key_pos_, memo_tokens_.data() + off, memo_tokens_.size() - off);
+        d_->add_checked(key, memo_tokens_.data() + off, memo_tokens_.size() - off);
       }
       it = memo_.emplace(s, MemoRange{off, static_cast<uint32_t>(memo_tokens_.size() - off)}).first;
     }
@@ -475,9 +479,8 @@ class MatcherState {
   };
   static constexpr size_t kMemoMaxTokens = size_t{1} << 22;
   std::unordered_map<uint32_t, MemoRange> memo_;
-  std::vector<uint32_t> key_pos_;  // scratch: a stack's positions
   std::unordered_map<uint32_t, const detail::ContextMask*> deep_memo_;
-  std::vector<uint32_t> deep_pos_;
+  std::vector<uint32_t> pos_scratch_;
   std::vector<Token> memo_tokens_;
 };
 
