@@ -893,7 +893,7 @@ struct Classifier {
   static constexpr uint32_t kMinPastEndSkipNodes = 256;
 
   static bool in_run_class(const WalkStates::Run& r, uint32_t cp) {
-    return cp < 128 ? ((r.ascii[cp >> 6] >> (cp & 63)) & 1u) != 0 : r.non_ascii;
+    return in_class(class_key(r), cp);
   }
 
   // The class exits of a run's class (see SharedMasks::exits): built once per token index
@@ -903,7 +903,7 @@ struct Classifier {
                      detail::SharedMasks::ClassKeyHash>
       exit_cache_{};
   const std::vector<uint32_t>* class_exits(const WalkStates::Run& r) {
-    const detail::SharedMasks::ClassKey key{{r.ascii[0], r.ascii[1]}, r.non_ascii};
+    const detail::SharedMasks::ClassKey key = class_key(r);
     auto it = exit_cache_.find(key);
     if (it != exit_cache_.end()) return it->second;
     const std::vector<uint32_t>* out = nullptr;
