@@ -510,6 +510,36 @@ char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g",
   EXPECT_GT(stats.steps, grammars.size() * 3);
 }
 
+// A context whose mask hits a limit while it is computed is checked by the matcher against
+// the stack itself, in one walk of the vocabulary trie that skips the subtrees the stack
+// refuses. With max_walk_states at 1 every context takes that path: strings, escapes,
+// multi-byte classes (partial UTF-8 tails), tokens that end the grammar, nested rules.
+TEST_P(Oracle, LimitFallbackMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::vector<std::string> grammars = {
+      R"g(root ::= "{" ws (kv ("," ws kv)*)? "}"
+kv ::= "\"" [^"\\]* "\"" ws ":" ws val
+val ::= "\"" [^"\\]* "\"" | [0-9]+ | "[" (val ("," val)*)? "]"
+ws ::= [ ]?)g",
+      R"g(root ::= "\"" char* "\""
+char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g",
+      R"g(root ::= ("é" | [日-本] | [a-z ])+ ("!" | "日本"))g",
+      R"g(root ::= "the" " " ("in" | "ing" | "a" [a-z]{0,3}) ("\n" root)?)g"};
+  CompileOptions options;
+  options.eager_ms = 0;
+  options.max_walk_states = 1;
+  WalkStats stats;
+  uint64_t seed = 6060;
+  for (const std::string& gbnf : grammars) {
+    SCOPED_TRACE(gbnf);
+    auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
+    for (int k = 0; k < 3; ++k) walk(fx, gbnf, 10, seed++, stats, cg);
+  }
+  std::printf("[oracle] %s limit fallbacks: %zu steps compared\n", GetParam().c_str(), stats.steps);
+  EXPECT_GT(stats.steps, grammars.size() * 3);
+}
+
 // Matchers of one compiled grammar share the run-time checks of the stacks they meet (by
 // the stack's positions). Texts that reach one same top position above different stacks
 // (a word inside "(" or "[", at several depths), each walked by a new matcher of one

@@ -437,15 +437,66 @@ class MatcherState {
     }
   }
 
-  // A stack whose context was not precomputed: check every text token (slow, rare).
+  // A stack whose context mask could not be computed (a limit was hit): every text token is
+  // checked against the stack itself, in one preorder walk of the vocabulary trie. The parse
+  // frontier after each depth's code point is kept per depth, so tokens that share a prefix
+  // share its steps, and a subtree whose prefix the stack refuses is skipped whole.
   void check_all_tokens(uint32_t s, uint32_t* words) {
     const TokenIndex& tokens = *d_->tokens;
-    for (const auto& tt : tokens.trie_tokens()) {
-      if (bitmask_test(words, tt.id)) continue;
-      if (!d_->no_text.empty() && d_->no_text[static_cast<size_t>(tt.id)]) continue;
-      size_t ncp;
-      const uint32_t* cps = tokens.code_points(tt.id, &ncp);
-      if (run(&s, 1, tt.id, true, true, cps, ncp, tt.partial, nullptr)) bitmask_set(words, tt.id);
+    const auto& g = d_->g;
+    const auto& trie = tokens.trie();
+    const auto& tt = tokens.trie_tokens();
+    const auto& depth = tokens.node_depth();
+    // The frontier at depth d is fb_[depth_off_[d], depth_off_[d + 1]).
+    fb_.assign(1, s);
+    depth_off_.assign({0, 1});
+    auto take = [&](uint32_t j, uint32_t d) {
+      const uint32_t begin = depth_off_[d], end = depth_off_[d + 1];
+      for (uint32_t k = trie[j].tok_begin; k < trie[j].tok_end; ++k) {
+        const Token t = tt[k].id;
+        if (bitmask_test(words, t)) continue;
+        if (!d_->no_text.empty() && d_->no_text[static_cast<size_t>(t)]) continue;
+        const PartialUtf8 p = tt[k].partial;
+        bool ok = p.n_remain == 0;
+        for (uint32_t i = begin; i < end && !ok; ++i) {
+          if (fb_[i] == StackPool::kEmpty) continue;
+          const Elem& e = g.elems[pool_.pos(fb_[i])];
+          ok = e.kind == detail::kChars && g.charsets[e.arg].match_partial(p);
+        }
+        if (ok) bitmask_set(words, t);
+      }
+    };
+    take(0, 0);
+    for (uint32_t j = 1; j < trie.size();) {
+      const uint32_t d = depth[j];  // >= 1; the frontier of depth d - 1 is the parent's
+      depth_off_.resize(d + 1);
+      fb_.resize(depth_off_[d]);
+      const uint32_t cp = trie[j].cp;
+      const uint32_t stamp = next_stamp();
+      for (uint32_t i = depth_off_[d - 1], e = depth_off_[d]; i < e; ++i) {
+        const uint32_t c = fb_[i];
+        if (c == StackPool::kEmpty) continue;
+        const Elem& el = g.elems[pool_.pos(c)];
+        if (el.kind != detail::kChars || !g.charsets[el.arg].match(cp)) continue;
+        uint32_t kn;
+        const uint32_t* sc = pool_.succ(c, &kn);
+        for (uint32_t m = 0; m < kn; ++m) {
+          if (mark(sc[m], stamp)) fb_.push_back(sc[m]);
+        }
+      }
+      const size_t width = fb_.size() - depth_off_[d];
+      if (width == 0) {
+        j = trie[j].end;  // no token below starts with this prefix
+        continue;
+      }
+      if (width > d_->options.max_stacks) {
+        throw GrammarLimitError("grammar too ambiguous: more than " +
+                                std::to_string(d_->options.max_stacks) +
+                                " parse stacks (CompileOptions::max_stacks)");
+      }
+      depth_off_.push_back(static_cast<uint32_t>(fb_.size()));
+      take(j, d);
+      ++j;
     }
   }
 
