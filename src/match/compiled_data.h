@@ -91,6 +91,9 @@ class StackPool {
   void expand(uint32_t node, std::vector<uint32_t>& out);
   // The stacks after the terminal on top of `node` matched: cached.
   const uint32_t* succ(uint32_t node, uint32_t* n);
+  // The stack a call on top of `node` (a rule reference) puts its callee's alternatives on:
+  // its return position above the caller's parent, or the parent alone for a tail call.
+  uint32_t call_base(uint32_t node);
   // Stacks starting at `pos` above `parent` (pos may be an end marker: then parent's).
   void start(uint32_t pos, uint32_t parent, std::vector<uint32_t>& out);
 

@@ -1936,11 +1936,15 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
   // instead of growing the node list and rehashing the table as they come.
   pool.reserve(std::min<size_t>(8 * d.g.elems.size(),
                                 std::min(options.max_contexts, options.max_inline_contexts)));
-  std::vector<uint32_t> tmp;
   // Seeds: the initial stacks, and every position of a boundary rule (a chain bottom).
   const auto& g = d.g;
+  // Every node the pool reaches is stepped once below, one call or one terminal at a time,
+  // so a seed only needs its own node.
+  auto seed = [&](uint32_t pos) {
+    if (g.elems[pos].kind != detail::kEnd) pool.make(pos, StackPool::kEmpty);
+  };
   for (uint32_t a = g.rule_alt_begin[g.root]; a < g.rule_alt_begin[g.root + 1]; ++a) {
-    pool.start(g.alt_starts[a], StackPool::kEmpty, tmp);
+    seed(g.alt_starts[a]);
   }
   // Rules the root cannot reach have no contexts worth a walk.
   std::vector<uint8_t> reachable(g.rule_alt_begin.size() - 1, 0);
@@ -1963,20 +1967,24 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
         !reachable[g.elem_rule[p]]) {
       continue;
     }
-    tmp.clear();
-    pool.start(p, StackPool::kEmpty, tmp);
+    seed(p);
   }
+  // The closure, one step per node: a call makes its return position and the first
+  // position of each alternative of the callee; a terminal makes the position after it.
+  // Every node an expansion would reach is made this way (a frame marker or a finished
+  // alternative pops to a parent, which is a node already), each exactly once, where
+  // expanding every node in full walked each callee's alternatives again for every caller.
   for (uint32_t n = 1; n < pool.size(); ++n) {
-    const auto kind = d.g.elems[pool.pos(n)].kind;
-    if (kind == detail::kEnd) continue;  // a frame marker: popping it leaves the chain
-    tmp.clear();
-    if (kind == detail::kRef) {
-      // A return address: at run time a pop may land on it and expand it.
-      pool.expand(n, tmp);
-    } else {
-      // The stacks after its terminal (not kept: each node is visited once here, and
-      // walks and matchers use pools of their own).
-      pool.start(pool.pos(n) + 1, pool.parent(n), tmp);
+    const uint32_t pos = pool.pos(n);
+    const detail::Elem& e = g.elems[pos];
+    if (e.kind == detail::kEnd) continue;  // a frame marker: popping it leaves the chain
+    if (e.kind == detail::kRef) {
+      const uint32_t base = pool.call_base(n);
+      for (uint32_t a = g.rule_alt_begin[e.arg]; a < g.rule_alt_begin[e.arg + 1]; ++a) {
+        if (g.elems[g.alt_starts[a]].kind != detail::kEnd) pool.make(g.alt_starts[a], base);
+      }
+    } else if (g.elems[pos + 1].kind != detail::kEnd) {
+      pool.make(pos + 1, pool.parent(n));
     }
     if (boundaries != kRules &&
         pool.size() > std::min(options.max_contexts, options.max_inline_contexts)) {

@@ -170,22 +170,28 @@ void StackPool::expand(uint32_t node, std::vector<uint32_t>& out) {
       if (mark(n, 1, out_stamp)) out.push_back(n);
       continue;
     }
-    uint32_t base = nodes_[n].parent;
-    // A call pushes its return position. A call in last position (a tail call) pushes
-    // nothing, except from a boundary rule to a rule that is not one: then it pushes its
-    // end marker so that the callee's context chain stops at a boundary position. A callee
-    // that is a boundary rule starts its own chain, so nothing is pushed: right recursion
-    // like `s ::= "\"" | c s` in per-rule mode would otherwise grow the stack by one end
-    // marker per character (every set new, walks from such stacks up to 300 ms).
-    if (g_->elems[p + 1].kind != kEnd ||
-        (g_->rule_boundary[g_->elem_rule[p]] && !g_->rule_boundary[e.arg])) {
-      base = make(p + 1, base);
-    }
+    const uint32_t base = call_base(n);
     for (uint32_t a = g_->rule_alt_begin[e.arg]; a < g_->rule_alt_begin[e.arg + 1]; ++a) {
       const uint32_t start = g_->alt_starts[a];
       work_.push_back(g_->elems[start].kind == kEnd ? base : make(start, base));
     }
   }
+}
+
+uint32_t StackPool::call_base(uint32_t node) {
+  const uint32_t p = nodes_[node].pos;
+  const uint32_t callee = g_->elems[p].arg;
+  // A call pushes its return position. A call in last position (a tail call) pushes
+  // nothing, except from a boundary rule to a rule that is not one: then it pushes its
+  // end marker so that the callee's context chain stops at a boundary position. A callee
+  // that is a boundary rule starts its own chain, so nothing is pushed: right recursion
+  // like `s ::= "\"" | c s` in per-rule mode would otherwise grow the stack by one end
+  // marker per character (every set new, walks from such stacks up to 300 ms).
+  if (g_->elems[p + 1].kind != kEnd ||
+      (g_->rule_boundary[g_->elem_rule[p]] && !g_->rule_boundary[callee])) {
+    return make(p + 1, nodes_[node].parent);
+  }
+  return nodes_[node].parent;
 }
 
 void StackPool::start(uint32_t pos, uint32_t parent, std::vector<uint32_t>& out) {
