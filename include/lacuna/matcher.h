@@ -24,8 +24,10 @@ struct GrammarLimitError : std::runtime_error {
 };
 
 struct CompileOptions {
-  size_t max_positions = 1u << 20;     // grammar elements after flattening
-  size_t max_contexts = 200000;        // grammar contexts
+  size_t max_positions = 1u << 20;  // grammar elements after flattening
+  // Grammar contexts (stack chains). The closure costs well under a microsecond and about
+  // 50 bytes per context: the bound is a fraction of a second and about 50 MB.
+  size_t max_contexts = 1000000;
   size_t max_walk_states = 100000;     // parse-state sets during precomputation, and stacks in one
                                        // (64x that in all sets)
   double max_compile_ms = 30000;       // wall time for compile()
