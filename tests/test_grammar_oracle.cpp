@@ -272,6 +272,12 @@ std::vector<llama_token> greedy_tokens(const TokenIndex& index, const std::strin
 
 class Oracle : public ::testing::TestWithParam<std::string> {};
 
+// Objects of string keys and string, number or array values.
+const char* const kKeyValueGrammar = R"g(root ::= "{" ws (kv ("," ws kv)*)? "}"
+kv ::= "\"" [^"\\]* "\"" ws ":" ws val
+val ::= "\"" [^"\\]* "\"" | [0-9]+ | "[" (val ("," val)*)? "]"
+ws ::= [ ]?)g";
+
 // Walks a real document of each grammar (bench/data) token by token, comparing masks at
 // every step: deep, realistic states that random walks rarely reach.
 TEST_P(Oracle, SampleTextWalksMasksEqual) {
@@ -474,10 +480,7 @@ TEST_P(Oracle, ClassExitSkipMasksEqual) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
   const std::vector<std::string> grammars = {
-      R"g(root ::= "{" ws (kv ("," ws kv)*)? "}"
-kv ::= "\"" [^"\\]* "\"" ws ":" ws val
-val ::= "\"" [^"\\]* "\"" | [0-9]+ | "[" (val ("," val)*)? "]"
-ws ::= [ ]?)g",
+      kKeyValueGrammar,
       R"g(root ::= "[" (s ("," s)*)? "]"
 s ::= "\"" [^"]* "\"")g",
       R"g(root ::= "\"" (name | other) "\"" ":" [0-9]
@@ -518,10 +521,7 @@ TEST_P(Oracle, LimitFallbackMasksEqual) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
   const std::vector<std::string> grammars = {
-      R"g(root ::= "{" ws (kv ("," ws kv)*)? "}"
-kv ::= "\"" [^"\\]* "\"" ws ":" ws val
-val ::= "\"" [^"\\]* "\"" | [0-9]+ | "[" (val ("," val)*)? "]"
-ws ::= [ ]?)g",
+      kKeyValueGrammar,
       R"g(root ::= "\"" char* "\""
 char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g",
       R"g(root ::= ("é" | [日-本] | [a-z ])+ ("!" | "日本"))g",

@@ -98,23 +98,8 @@ class MatcherState {
     }
     for (size_t i = 0; i < n && !a_.empty(); ++i) {
       b_.clear();
-      stamp = next_stamp();
-      const uint32_t cp = cps[i];
-      for (uint32_t s : a_) {
-        if (s == StackPool::kEmpty) continue;
-        const Elem& e = g.elems[pool_.pos(s)];
-        if (e.kind != detail::kChars || !g.charsets[e.arg].match(cp)) continue;
-        uint32_t k;
-        const uint32_t* sc = pool_.succ(s, &k);
-        for (uint32_t j = 0; j < k; ++j) {
-          if (mark(sc[j], stamp)) b_.push_back(sc[j]);
-        }
-      }
-      if (b_.size() > d_->options.max_stacks) {
-        throw GrammarLimitError("grammar too ambiguous: more than " +
-                                std::to_string(d_->options.max_stacks) +
-                                " parse stacks (CompileOptions::max_stacks)");
-      }
+      step_code_point(a_, 0, a_.size(), cps[i], b_);
+      check_stack_count(b_.size());
       a_.swap(b_);
     }
     if (!a_.empty()) {
@@ -378,6 +363,33 @@ class MatcherState {
     for (uint32_t k = 0; k < it->second.len; ++k) bitmask_set(words, t[k]);
   }
 
+  // Appends to `out` the stacks after code point cp of the stacks in[begin, end), each once.
+  // `in` may be `out`: it is read by index, so growing it is safe.
+  void step_code_point(const std::vector<uint32_t>& in, size_t begin, size_t end, uint32_t cp,
+                       std::vector<uint32_t>& out) {
+    const auto& g = d_->g;
+    const uint32_t stamp = next_stamp();
+    for (size_t i = begin; i < end; ++i) {
+      const uint32_t c = in[i];
+      if (c == StackPool::kEmpty) continue;
+      const Elem& e = g.elems[pool_.pos(c)];
+      if (e.kind != detail::kChars || !g.charsets[e.arg].match(cp)) continue;
+      uint32_t k;
+      const uint32_t* sc = pool_.succ(c, &k);
+      for (uint32_t j = 0; j < k; ++j) {
+        if (mark(sc[j], stamp)) out.push_back(sc[j]);
+      }
+    }
+  }
+
+  void check_stack_count(size_t n) const {
+    if (n > d_->options.max_stacks) {
+      throw GrammarLimitError("grammar too ambiguous: more than " +
+                              std::to_string(d_->options.max_stacks) +
+                              " parse stacks (CompileOptions::max_stacks)");
+    }
+  }
+
   // Appends to `found` the tokens of `ids` (a context's uncertain tokens, in trie order)
   // that the real stack s accepts. The parse frontier after each code point is kept per
   // depth and reused by the next token as far as the two share a prefix.
@@ -403,19 +415,7 @@ class MatcherState {
       built_depth = l;
       bool dead = depth_off_[l + 1] == depth_off_[l];
       for (size_t dpt = l; dpt < n && !dead; ++dpt) {
-        const uint32_t stamp = next_stamp();
-        const uint32_t begin = depth_off_[dpt], end = depth_off_[dpt + 1];
-        for (uint32_t i = begin; i < end; ++i) {
-          const uint32_t c = fb_[i];
-          if (c == StackPool::kEmpty) continue;
-          const Elem& e = g.elems[pool_.pos(c)];
-          if (e.kind != detail::kChars || !g.charsets[e.arg].match(cps[dpt])) continue;
-          uint32_t kn;
-          const uint32_t* sc = pool_.succ(c, &kn);
-          for (uint32_t j = 0; j < kn; ++j) {
-            if (mark(sc[j], stamp)) fb_.push_back(sc[j]);
-          }
-        }
+        step_code_point(fb_, depth_off_[dpt], depth_off_[dpt + 1], cps[dpt], fb_);
         depth_off_.push_back(static_cast<uint32_t>(fb_.size()));
         built_depth = dpt + 1;
         dead = depth_off_[dpt + 2] == depth_off_[dpt + 1];
@@ -471,29 +471,13 @@ class MatcherState {
       const uint32_t d = depth[j];  // >= 1; the frontier of depth d - 1 is the parent's
       depth_off_.resize(d + 1);
       fb_.resize(depth_off_[d]);
-      const uint32_t cp = trie[j].cp;
-      const uint32_t stamp = next_stamp();
-      for (uint32_t i = depth_off_[d - 1], e = depth_off_[d]; i < e; ++i) {
-        const uint32_t c = fb_[i];
-        if (c == StackPool::kEmpty) continue;
-        const Elem& el = g.elems[pool_.pos(c)];
-        if (el.kind != detail::kChars || !g.charsets[el.arg].match(cp)) continue;
-        uint32_t kn;
-        const uint32_t* sc = pool_.succ(c, &kn);
-        for (uint32_t m = 0; m < kn; ++m) {
-          if (mark(sc[m], stamp)) fb_.push_back(sc[m]);
-        }
-      }
+      step_code_point(fb_, depth_off_[d - 1], depth_off_[d], trie[j].cp, fb_);
       const size_t width = fb_.size() - depth_off_[d];
       if (width == 0) {
         j = trie[j].end;  // no token below starts with this prefix
         continue;
       }
-      if (width > d_->options.max_stacks) {
-        throw GrammarLimitError("grammar too ambiguous: more than " +
-                                std::to_string(d_->options.max_stacks) +
-                                " parse stacks (CompileOptions::max_stacks)");
-      }
+      check_stack_count(width);
       depth_off_.push_back(static_cast<uint32_t>(fb_.size()));
       take(j, d);
       ++j;
