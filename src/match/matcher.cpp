@@ -102,20 +102,7 @@ class MatcherState {
       check_stack_count(b_.size());
       a_.swap(b_);
     }
-    if (!a_.empty()) {
-      if (end.n_remain == 0) {
-        allowed = true;
-      } else {
-        for (uint32_t s : a_) {
-          if (s == StackPool::kEmpty) continue;
-          const Elem& e = g.elems[pool_.pos(s)];
-          if (e.kind == detail::kChars && g.charsets[e.arg].match_partial(end)) {
-            allowed = true;
-            break;
-          }
-        }
-      }
-    }
+    if (ends_token(a_.data(), a_.size(), end)) allowed = true;
     if (out != nullptr && allowed) {
       for (uint32_t s : a_) add_out(*out, s);
     }
@@ -382,6 +369,20 @@ class MatcherState {
     }
   }
 
+  // Whether a token whose full code points leave the stacks s[0, n) may end there: any
+  // stack does (the empty one included) when nothing of a UTF-8 sequence is left over;
+  // otherwise a stack whose character set may take the leftover bytes' code point.
+  bool ends_token(const uint32_t* s, size_t n, PartialUtf8 p) const {
+    if (p.n_remain == 0) return n > 0;
+    const auto& g = d_->g;
+    for (size_t i = 0; i < n; ++i) {
+      if (s[i] == StackPool::kEmpty) continue;
+      const Elem& e = g.elems[pool_.pos(s[i])];
+      if (e.kind == detail::kChars && g.charsets[e.arg].match_partial(p)) return true;
+    }
+    return false;
+  }
+
   void check_stack_count(size_t n) const {
     if (n > d_->options.max_stacks) {
       throw GrammarLimitError("grammar too ambiguous: more than " +
@@ -395,7 +396,6 @@ class MatcherState {
   // depth and reused by the next token as far as the two share a prefix.
   void check_uncertain(uint32_t s, const Token* ids, uint32_t count, std::vector<Token>& found) {
     const TokenIndex& tokens = *d_->tokens;
-    const auto& g = d_->g;
     fb_.clear();
     depth_off_.clear();
     fb_.push_back(s);
@@ -421,19 +421,10 @@ class MatcherState {
         dead = depth_off_[dpt + 2] == depth_off_[dpt + 1];
       }
       if (dead || built_depth < n) continue;
-      const uint32_t begin = depth_off_[n], end = depth_off_[n + 1];
-      const PartialUtf8 p = tokens.partial(t);
-      bool ok = false;
-      if (p.n_remain == 0) {
-        ok = end > begin;
-      } else {
-        for (uint32_t i = begin; i < end && !ok; ++i) {
-          if (fb_[i] == StackPool::kEmpty) continue;
-          const Elem& e = g.elems[pool_.pos(fb_[i])];
-          ok = e.kind == detail::kChars && g.charsets[e.arg].match_partial(p);
-        }
+      if (ends_token(fb_.data() + depth_off_[n], depth_off_[n + 1] - depth_off_[n],
+                     tokens.partial(t))) {
+        found.push_back(t);
       }
-      if (ok) found.push_back(t);
     }
   }
 
@@ -443,7 +434,6 @@ class MatcherState {
   // share its steps, and a subtree whose prefix the stack refuses is skipped whole.
   void check_all_tokens(uint32_t s, uint32_t* words) {
     const TokenIndex& tokens = *d_->tokens;
-    const auto& g = d_->g;
     const auto& trie = tokens.trie();
     const auto& tt = tokens.trie_tokens();
     const auto& depth = tokens.node_depth();
@@ -451,19 +441,14 @@ class MatcherState {
     fb_.assign(1, s);
     depth_off_.assign({0, 1});
     auto take = [&](uint32_t j, uint32_t d) {
-      const uint32_t begin = depth_off_[d], end = depth_off_[d + 1];
       for (uint32_t k = trie[j].tok_begin; k < trie[j].tok_end; ++k) {
         const Token t = tt[k].id;
         if (bitmask_test(words, t)) continue;
         if (!d_->no_text.empty() && d_->no_text[static_cast<size_t>(t)]) continue;
-        const PartialUtf8 p = tt[k].partial;
-        bool ok = p.n_remain == 0;
-        for (uint32_t i = begin; i < end && !ok; ++i) {
-          if (fb_[i] == StackPool::kEmpty) continue;
-          const Elem& e = g.elems[pool_.pos(fb_[i])];
-          ok = e.kind == detail::kChars && g.charsets[e.arg].match_partial(p);
+        if (ends_token(fb_.data() + depth_off_[d], depth_off_[d + 1] - depth_off_[d],
+                       tt[k].partial)) {
+          bitmask_set(words, t);
         }
-        if (ok) bitmask_set(words, t);
       }
     };
     take(0, 0);
