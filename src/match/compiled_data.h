@@ -123,6 +123,19 @@ class StackPool {
   std::vector<uint32_t> succ_tmp_;
 };
 
+// Whether a token whose full code points leave the stacks s[0, n) may end there with the
+// partial UTF-8 tail p: some stack's top is a character set that may take p's code point.
+// The empty stack takes none.
+inline bool stacks_take_partial(const GrammarTables& g, const StackPool& pool, const uint32_t* s,
+                                size_t n, PartialUtf8 p) {
+  for (size_t i = 0; i < n; ++i) {
+    if (s[i] == StackPool::kEmpty) continue;
+    const Elem& e = g.elems[pool.pos(s[i])];
+    if (e.kind == kChars && g.charsets[e.arg].match_partial(p)) return true;
+  }
+  return false;
+}
+
 // The token classification of one context (a chain with a character-set top): tokens
 // accepted whatever lies below the chain, and tokens that need a run-time check.
 struct ContextMask {

@@ -668,11 +668,7 @@ struct Classifier {
     if (!states.takes_high(set)) return false;
     uint32_t n;
     const uint32_t* m = states.members(set, &n);
-    for (uint32_t i = 0; i < n; ++i) {
-      const Elem& e = g.elems[pool.pos(m[i])];
-      if (e.kind == detail::kChars && g.charsets[e.arg].match_partial(p)) return true;
-    }
-    return false;
+    return detail::stacks_take_partial(g, pool, m, n, p);
   }
 
   // Sorts the tokens ending at a node: accepted (the context alone takes them, whatever
@@ -819,7 +815,7 @@ struct Classifier {
     const auto& trie = tokens.trie();
     for (uint32_t j : tokens.root_children()) {
       const uint32_t cp = trie[j].cp;
-      if (cp < 128 && ((only1[cp >> 6] >> (cp & 63)) & 1u) != 0) cover_clear.push_back(j);
+      if (in_class({{only1[0], only1[1]}, false}, cp)) cover_clear.push_back(j);
     }
   }
 

@@ -374,13 +374,7 @@ class MatcherState {
   // otherwise a stack whose character set may take the leftover bytes' code point.
   bool ends_token(const uint32_t* s, size_t n, PartialUtf8 p) const {
     if (p.n_remain == 0) return n > 0;
-    const auto& g = d_->g;
-    for (size_t i = 0; i < n; ++i) {
-      if (s[i] == StackPool::kEmpty) continue;
-      const Elem& e = g.elems[pool_.pos(s[i])];
-      if (e.kind == detail::kChars && g.charsets[e.arg].match_partial(p)) return true;
-    }
-    return false;
+    return detail::stacks_take_partial(d_->g, pool_, s, n, p);
   }
 
   void check_stack_count(size_t n) const {
