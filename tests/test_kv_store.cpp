@@ -2,7 +2,9 @@
 // corrupted, foreign and wrong-model files (never loaded, outputs unchanged), index lookups,
 // redundant-entry removal and cleanup by age and size.
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
+#include <cstring>
 #include <fstream>
 
 #include "kv_test_util.h"
@@ -66,6 +68,16 @@ TEST(KvFile, RoundTripAndEveryCorruptionIsRejected) {
   c.push_back(0);
   EXPECT_FALSE(parse_cache_file(c, v, reason));
   EXPECT_NE(reason.find("trailing"), std::string::npos) << reason;
+  // Flags or reserved header bytes set, under a valid header checksum (a newer format):
+  // rejected, not read as if they were zero.
+  for (size_t i : {68, 71, 96, 107, 119}) {
+    c = bytes;
+    c[i] = 0x5a;
+    const uint64_t h = XXH3_64bits(c.data(), 120);
+    std::memcpy(c.data() + 120, &h, sizeof h);
+    EXPECT_FALSE(parse_cache_file(c, v, reason)) << i;
+    EXPECT_NE(reason.find(i < 96 ? "flags" : "reserved"), std::string::npos) << reason;
+  }
   // A foreign file.
   std::vector<uint8_t> junk(4096);
   for (size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<uint8_t>(i * 131 + 7);

@@ -105,6 +105,18 @@ bool parse_cache_file(std::span<const uint8_t> bytes, CacheFileView& out, std::s
     reason = "header checksum mismatch (corrupted header)";
     return false;
   }
+  // Flags and reserved bytes are zero in this version: a file that sets them was written
+  // by a format this build does not know, so it is not read as if they meant nothing.
+  if (get<uint32_t>(bytes, 68) != 0) {
+    reason = "unknown header flags " + std::to_string(get<uint32_t>(bytes, 68));
+    return false;
+  }
+  for (size_t i = 96; i < 120; ++i) {
+    if (bytes[i] != 0) {
+      reason = "reserved header byte " + std::to_string(i) + " is not zero";
+      return false;
+    }
+  }
   const auto n_tokens = get<uint32_t>(bytes, 36);
   const auto payload_size = get<uint64_t>(bytes, 72);
   if (n_tokens == 0 || n_tokens > kMaxTokens) {
