@@ -96,6 +96,29 @@ TEST(Regex, SearchSemanticsAndAnchors) {
   EXPECT_FALSE(mixed.accepts("za"));
 }
 
+// An empty class (`[]`) never matches: an alternative made of one is dropped rather than read
+// as "", and a repetition of one matches only "" (fuzz_regex found `(?:[]|x)*` emitted as a
+// repetition of a group that matches "", which the GBNF parser refuses).
+TEST(Regex, EmptyClassesNeverMatch) {
+  Re alt("(?:[]|a)b");
+  EXPECT_TRUE(alt.accepts("ab"));
+  EXPECT_FALSE(alt.accepts("b"));
+  Re star("(?:[]|ab)*c");
+  EXPECT_TRUE(star.accepts("c"));
+  EXPECT_TRUE(star.accepts("ababc"));
+  EXPECT_FALSE(star.accepts("ac"));
+  Re fuzzed("^(?:[]|{\\s]Ab)*c{1,");
+  EXPECT_TRUE(fuzzed.accepts("c{1,"));
+  EXPECT_TRUE(fuzzed.accepts("{ ]Ab{\t]Abc{1,"));
+  EXPECT_FALSE(fuzzed.accepts("{]Abc{1,"));
+  Re zero("a[]*b");
+  EXPECT_TRUE(zero.accepts("ab"));
+  Re plus("[]+|x");
+  EXPECT_TRUE(plus.accepts("x"));
+  EXPECT_FALSE(plus.accepts(""));
+  EXPECT_THROW(Re("a[]|(?:[]|[])+"), lacuna::RegexError);  // no branch can match
+}
+
 TEST(Regex, ErrorsCarryPositions) {
   auto pos = [](const std::string& p) -> long {
     try {

@@ -577,7 +577,7 @@ class Emitter {
   std::string emit(const Node& n) {
     switch (n.kind) {
       case Node::Kind::Chars:
-        if (n.chars.empty()) return "";  // caller checks for never-matching atoms
+        if (n.chars.empty()) return "";  // callers take them out first (without_empty_classes)
         return char_expression(n.chars, rules_, enc_);
       case Node::Kind::Seq: {
         std::string out;
@@ -660,19 +660,62 @@ class Emitter {
   size_t budget_ = 20000;  // nodes nonempty() may build, against exponential rewrites
 };
 
-bool contains_empty_class(const Node& n) {
-  if (n.kind == Node::Kind::Chars) return n.chars.empty();
-  if (n.kind == Node::Kind::Repeat) return n.min > 0 && contains_empty_class(n.kids[0]);
-  if (n.kind == Node::Kind::Alt) {
-    for (const Node& k : n.kids) {
-      if (!contains_empty_class(k)) return false;
+// The node with what can never match taken out (an empty class such as `[]`): an
+// alternative that cannot match is dropped, and a repetition of one matches only "" when
+// it may repeat zero times. nullopt: the node can never match. Emitting an empty class as ""
+// instead would accept text the pattern refuses (`(?:[]|a)` would match "") and make a
+// repeated group look unable to match "" when it can.
+std::optional<Node> without_empty_classes(const Node& n) {
+  switch (n.kind) {
+    case Node::Kind::Chars:
+      if (n.chars.empty()) return std::nullopt;
+      return n;
+    case Node::Kind::Seq: {
+      Node out;
+      out.kind = Node::Kind::Seq;
+      for (const Node& k : n.kids) {
+        auto live = without_empty_classes(k);
+        if (!live) return std::nullopt;
+        out.kids.push_back(std::move(*live));
+      }
+      return out;
     }
-    return true;
+    case Node::Kind::Alt: {
+      Node out;
+      out.kind = Node::Kind::Alt;
+      for (const Node& k : n.kids) {
+        if (auto live = without_empty_classes(k)) out.kids.push_back(std::move(*live));
+      }
+      if (out.kids.empty()) return std::nullopt;
+      if (out.kids.size() == 1) return std::move(out.kids[0]);
+      return out;
+    }
+    case Node::Kind::Repeat: {
+      auto live = without_empty_classes(n.kids[0]);
+      if (!live) {
+        if (n.min > 0) return std::nullopt;
+        Node empty;  // only zero repetitions are possible: the empty string
+        empty.kind = Node::Kind::Seq;
+        return empty;
+      }
+      Node out = n;
+      out.kids[0] = std::move(*live);
+      return out;
+    }
+    case Node::Kind::Start:
+    case Node::Kind::End:
+      return n;
   }
-  for (const Node& k : n.kids) {
-    if (contains_empty_class(k)) return true;
-  }
-  return false;
+  return n;
+}
+
+// A branch's items as one sequence without what can never match; nullopt when the branch
+// can never match.
+std::optional<Node> live_sequence(const std::vector<Node>& items) {
+  Node seq;
+  seq.kind = Node::Kind::Seq;
+  seq.kids = items;
+  return without_empty_classes(seq);
 }
 
 }  // namespace
@@ -775,10 +818,9 @@ std::string regex_expression(std::string_view pattern, gbnf::RuleSet& rules, Enc
   std::string out;
   size_t live = 0;
   for (const Branch& b : branches) {
-    Node seq;
-    seq.kind = Node::Kind::Seq;
-    seq.kids = b.items;
-    if (contains_empty_class(seq)) continue;  // this branch can never match
+    const std::optional<Node> kept = live_sequence(b.items);
+    if (!kept) continue;  // this branch can never match
+    const Node& seq = *kept;
     bool anchored_start = b.start || !options.search;
     bool anchored_end = b.end || !options.search;
     std::string body;
@@ -940,10 +982,9 @@ KeyClassifier::KeyClassifier(const std::vector<std::string>& patterns,
     std::vector<Branch> branches;
     split_branches(root, branches, 64);
     for (const Branch& b : branches) {
-      Node seq;
-      seq.kind = Node::Kind::Seq;
-      seq.kids = b.items;
-      if (contains_empty_class(seq)) continue;
+      const std::optional<Node> live = live_sequence(b.items);
+      if (!live) continue;  // this branch can never match
+      const Node& seq = *live;
       int s = nfa.add_state();
       nfa.eps(0, s);
       if (!b.start) nfa.edge(s, any, s);  // search: anything before the match
