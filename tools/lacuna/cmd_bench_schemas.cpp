@@ -394,6 +394,9 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
 
   size_t n_files = 0, n_tests = 0, compiled = 0, passed = 0, failed = 0, errors = 0, timeouts = 0,
          grammar_errors = 0, crashes = 0, tokens = 0;
+  // Worst cases: files with at least one mask above 1 ms and 10 ms, and the slowest files.
+  size_t over_1ms = 0, over_10ms = 0;
+  std::vector<std::pair<double, std::string>> slowest;
   std::map<std::string, size_t> unsupported, failed_by;
   for (const FileResult& r : results) {
     if (r.file.empty()) continue;  // not reached (--limit)
@@ -401,6 +404,11 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
     if (r.status == "no_tests") continue;
     ++n_tests;
     tokens += r.tokens;
+    if (r.tokens > 0) {
+      over_1ms += r.mask_max_us > 1000 ? 1 : 0;
+      over_10ms += r.mask_max_us > 10000 ? 1 : 0;
+      slowest.emplace_back(r.mask_max_us, r.file);
+    }
     if (r.compile_ms >= 0) ++compiled;
     if (r.status == "passed") ++passed;
     if (r.status == "failed") {
@@ -428,6 +436,11 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
   }
   std::sort(cms.begin(), cms.end());
   std::sort(mus.begin(), mus.end());
+  std::sort(slowest.rbegin(), slowest.rend());
+  if (slowest.size() > 5) slowest.resize(5);
+  ojson slowest_files = ojson::array();
+  for (const auto& [us, file] : slowest)
+    slowest_files.push_back({{"file", file}, {"mask_max_us", us}});
   double mask_sum = 0;
   for (float f : mus) mask_sum += f;
   ojson summary = {
@@ -453,6 +466,9 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
         {"p50", pct(mus, 0.5)},
         {"p99", pct(mus, 0.99)},
         {"max", mus.empty() ? 0.0 : static_cast<double>(mus.back())}}},
+      {"files_with_mask_over_1ms", over_1ms},
+      {"files_with_mask_over_10ms", over_10ms},
+      {"slowest_mask_files", slowest_files},
       {"tokens", tokens},
       {"mode",
        {{"whitespace", compact ? "compact" : "flexible"},
@@ -480,6 +496,9 @@ LACUNA_COMMAND(cmd_bench_schemas, "bench-schemas",
     std::printf("mask us avg %.2f p50 %.2f p99 %.2f max %.2f over %zu tokens\n",
                 mus.empty() ? 0.0 : mask_sum / static_cast<double>(mus.size()), pct(mus, 0.5),
                 pct(mus, 0.99), mus.empty() ? 0.0 : static_cast<double>(mus.back()), tokens);
+    std::printf("files with a mask over 1 ms: %zu, over 10 ms: %zu; slowest:", over_1ms, over_10ms);
+    for (const auto& [us, file] : slowest) std::printf(" %s (%.0f us)", file.c_str(), us);
+    std::printf("\n");
     std::printf("failed by keyword:");
     for (auto& [k, v] : failed_by) std::printf(" %s=%zu", k.c_str(), v);
     std::printf("\nunsupported:");
