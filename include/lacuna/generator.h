@@ -1,7 +1,8 @@
-// generator.h — the constrained decode loop: prefill, pull-based next(), forced-token
-// skipping with deferred batch fill, verified forced strings, jump-forward, stats.
+// generator.h — the decoder of one sequence: prefill, pull-based next(), forced-token
+// skipping with deferred batch fill, verified forced strings, jump-forward, stats; and its
+// hooks for the runtime (many sequences in one batch, fork, produce/commit).
 //
-// Semantics, exactness argument and configuration: docs/generator.md.
+// Semantics, exactness argument and configuration: docs/generator.md, docs/runtime.md.
 #pragma once
 
 #include <chrono>
@@ -196,6 +197,19 @@ struct Step {
   StopReason reason = StopReason::none;
 };
 
+// Where the shared llama_decode calls of Generator::step_many and friends run: `batch`
+// (capacity n_batch, one sequence id per token; null: the first generator's own) and
+// `on_full` (asked whether to retry a call that found no KV slot after freeing cells, e.g. a
+// prefix cache's; may be empty).
+struct SharedBatch {
+  llama_batch* batch = nullptr;
+  std::function<bool()> on_full;
+};
+
+// The decoder of one sequence: the per-branch half of the runtime's one decode path
+// (docs/runtime.md). A step plans what the sequence adds to the next shared batch (pending
+// forced tokens, drafts, the position to sample), the batch runs, and the step takes its
+// rows back. next() is the one-sequence case of step_many(); runtime::BranchStore runs many.
 class Generator {
  public:
   // ctx and its model must outlive the generator. The constraint (optional) is owned;
@@ -210,7 +224,7 @@ class Generator {
   // generated before and not yet in the KV cache). Starts a new generation: stats,
   // emitted tokens and the stop state are cleared; the constraint is not touched.
   // Throws std::invalid_argument for out-of-range tokens, std::runtime_error when the
-  // context is too small or llama_decode fails.
+  // context is too small or llama_decode fails (the sequence then holds what was decoded).
   void prefill(std::span<const Token> prompt);
 
   // Produces the next token(s). Call until Step::done. Requires a prefill first.
@@ -219,6 +233,70 @@ class Generator {
   // Push API over next(): calls on_step for every step until done or until on_step
   // returns false. Returns the stop reason (none when stopped by the callback).
   StopReason generate(const std::function<bool(const Step&)>& on_step = {});
+
+  // ---- many sequences in one batch (the runtime's one decode path) -------------------
+  // All generators must share one llama_context and use distinct sequences.
+  using Shared = SharedBatch;
+  // One next() for each generator, their forward passes in shared llama_decode calls;
+  // each one's result is then its last_step(). Same errors as next().
+  static void step_many(std::span<Generator* const> gens, const Shared& shared = SharedBatch{});
+  // prefill() for each generator with its prompt, packed into shared calls.
+  static void prefill_many(std::span<Generator* const> gens,
+                           std::span<const std::span<const Token>> prompts,
+                           const Shared& shared = SharedBatch{});
+  // commit() for each generator with its token, in shared calls.
+  static void commit_many(std::span<Generator* const> gens, std::span<const Token> tokens,
+                          const Shared& shared = SharedBatch{});
+  // Appends tokens the caller chose to the sequence and decodes them with logits for the
+  // last, within the current generation: not emitted, not given to the constraint (Blink
+  // KV's reseed). Throws std::invalid_argument for bad tokens, std::runtime_error when
+  // decoding fails.
+  void extend(std::span<const Token> tokens, const Shared& shared = SharedBatch{});
+  // What the last next() / step_many() produced for this generator (same lifetime rules
+  // as next()'s Step).
+  Step last_step() const;
+
+  // ---- sample and commit separately (a caller that picks tokens itself) ---------------
+  // The token the sampler picks at the current position (needs logits: after a prefill or
+  // a commit), without taking it. May be an end-of-generation token. LLAMA_TOKEN_NULL when
+  // the constraint allows nothing. Consumes a random draw when sampling with temperature.
+  Token produce();
+  // Takes `token` (the constraint must allow it: std::invalid_argument otherwise) and
+  // decodes it, so that the next position's logits are ready. Stats count it as emitted.
+  void commit(Token token);
+  // Logits at the current position (n_vocab floats) while they are ready, else nullptr.
+  const float* logits() const;
+
+  // ---- sequence bookkeeping for the runtime ------------------------------------------
+  // A copy of this generator for sequence `seq`, which the caller has made hold the same
+  // KV (llama_memory_seq_cp): constraint forked, sampler and RNG state, logits, pending
+  // tokens, the generation's output and stats copied. Throws std::invalid_argument for a
+  // bad seq.
+  std::unique_ptr<Generator> fork(llama_seq_id seq) const;
+  // The tokens of the sequence from position history_base() on: those in the KV cache,
+  // then the pending ones (emitted, not yet decoded).
+  std::span<const Token> history() const { return history_; }
+  llama_pos history_base() const { return history_base_; }
+  // The caller has removed the sequence's KV from position n_keep on: the generator
+  // forgets those tokens (pending ones too) and its logits. n_keep >= history_base().
+  void rewind(llama_pos n_keep);
+  // The caller has put the KV of `tokens` into the sequence after n_past() (no pending
+  // tokens may exist). The logits are not ready afterwards.
+  void adopt(std::span<const Token> tokens);
+  // Sampling parameters and logit bias from the next token on (the seed restarts the
+  // draws); the constraint and the sequence are kept.
+  void set_sampling(float temp, uint32_t seed, int32_t top_k, float top_p, float min_p);
+  void reseed(uint32_t seed);
+  void set_logit_bias(std::vector<llama_logit_bias> bias);
+  // Running log-probabilities of emitted tokens that were sampled from logits (forced
+  // tokens decoded without logits are not counted): their sum in nats and count.
+  double surprisal_sum() const { return surprisal_sum_; }
+  size_t surprisal_count() const { return surprisal_count_; }
+  // Track the surprisal of tokens picked in next()/step_many() (off by default: one
+  // log-sum-exp over the vocabulary per sampled token). commit() always counts it.
+  void set_track_surprisal(bool on) { track_surprisal_ = on; }
+  llama_seq_id seq() const { return config_.seq; }
+  llama_context* context() const { return ctx_; }
 
   // Replaces the constraint (nullptr: none) for the next generation.
   void set_constraint(std::unique_ptr<Constraint> constraint);
@@ -229,34 +307,49 @@ class Generator {
   const GenerationStats& stats() const { return stats_; }
   const GeneratorConfig& config() const { return config_; }
   bool done() const { return stop_ != StopReason::none; }
+  bool prefilled() const { return prefilled_; }
   // Tokens of the sequence in the KV cache, and tokens emitted but not yet decoded.
   llama_pos n_past() const { return n_past_; }
   size_t n_pending() const { return pending_.size(); }
+  // Stops the generation now (e.g. cancelled by the caller) with the given reason.
+  void stop(StopReason reason) { finish(reason); }
 
  private:
-  struct Sampled {
-    Token token;
-    bool accepted_draft;
+  // What a step needs after its planning.
+  enum class Plan { done, sample, decode };
+  struct Pick {
+    Token token = LLAMA_TOKEN_NULL;
+    bool accepted = false;  // equals the draft
+    StopReason stop{};      // none unless the pick ends the generation
   };
+  Generator(const Generator& other, llama_seq_id seq);  // fork()
   bool stopped() const { return stop_ != StopReason::none; }
   void finish(StopReason reason);
-  void finish_nothing_allowed();
-  void decode_pending(std::span<const Token> drafts);
-  void decode_chunk(size_t begin, size_t end, std::span<const Token> all, bool want_last,
-                    size_t first_draft);
+  StopReason nothing_allowed_reason() const;
+  void begin_step();
+  Plan plan(bool alone);
+  void take_outputs(int32_t out0, bool live);
+  void decode_alone(std::span<const Token> tokens, const char* what);
+  void decode_failed(int32_t status, size_t n_decoded, const char* what);
+  void start_generation(std::span<const Token> prompt);
+  void after_prefill(size_t n_decoded, int32_t out0);
+  void snapshot_logits(const float* logits);
   // Fills mask_ from the constraint unless it is valid for the current state; gives the
   // number of allowed tokens and of allowed tokens that are not end-of-generation.
   void ensure_mask(size_t& n_allowed, size_t& n_allowed_non_eog);
   Token first_allowed() const;
-  // Samples at the position whose logits are given. draft >= 0: apply the verification
-  // rule for that draft token. Returns LLAMA_TOKEN_NULL when the generation must stop.
-  Token sample(const float* logits, Token draft, bool& accepted);
+  // Picks a token at the position whose logits are given. draft >= 0: apply the
+  // verification rule for that draft token. Changes nothing but the RNG and the mask cache.
+  Pick pick(const float* logits, Token draft);
   Token argmax(const float* logits, bool masked) const;
   Token sample_temp(const float* logits, bool masked, Token draft, bool& accepted);
+  const float* biased(const float* logits);
+  void count_surprisal(const float* logits, Token token);
   // Emits a token: constraint, text, stats, stop conditions. Returns false once stopped.
   bool emit(Token token, bool in_kv);
   void make_drafts(std::string_view forced, std::vector<Token>& drafts);
   size_t append_piece(Token token);
+  void build_samplers();
 
   llama_context* ctx_;
   const llama_vocab* vocab_;
@@ -271,16 +364,21 @@ class Generator {
   bool mask_valid_ = false;  // mask_ is the constraint's mask for its current state
   size_t mask_allowed_ = 0;
   size_t mask_allowed_non_eog_ = 0;
-  std::vector<uint32_t> eog_mask_;  // bit set = end-of-generation token
-  std::vector<Token> eog_tokens_;
+  std::shared_ptr<const std::vector<uint32_t>> eog_mask_;  // bit set = end-of-generation
+  std::shared_ptr<const std::vector<Token>> eog_tokens_;
   std::vector<llama_token_data> cur_;
   llama_sampler* shape_ = nullptr;  // top-k, top-p, min-p, temperature (no draw)
   llama_sampler* dist_ = nullptr;   // the seeded draw
   std::mt19937 accept_rng_;         // uniform draws for speculative acceptance
+  std::vector<llama_logit_bias> bias_;
+  std::vector<float> biased_;  // scratch: logits with the bias added
 
   llama_pos n_past_ = 0;
-  std::vector<Token> pending_;  // emitted/prompt tokens not yet in the KV cache
-  std::vector<Token> drafts_;   // scratch
+  llama_pos history_base_ = 0;
+  std::vector<Token> history_;      // positions [history_base_, n_past_ + pending)
+  std::vector<Token> pending_;      // emitted/prompt tokens not yet in the KV cache
+  std::vector<Token> drafts_;       // scratch
+  std::vector<Token> part_tokens_;  // scratch: pending_ + drafts_ for the shared batch
   std::vector<Token> step_tokens_;
   size_t draft_len_ = 0;  // DraftPolicy::always: current draft length limit (<= max_draft)
   // Draft positions whose choice was seen this generation, and how many chose the draft
@@ -288,10 +386,15 @@ class Generator {
   double accept_trials_ = 0;
   double accept_hits_ = 0;
   double accept_rate() const;
+  Token undrafted_ = LLAMA_TOKEN_NULL;  // this step's first forced-string token, not drafted
+  // The logits at the current position when ready (shared with forks until one writes).
+  std::shared_ptr<std::vector<float>> logits_;
   bool logits_valid_ = false;
-  int32_t logits_idx_ = -1;
   bool prefilled_ = false;
   bool cost_measured_ = false;  // DecodeOptions::measure_cost done for this generator
+  bool track_surprisal_ = false;
+  double surprisal_sum_ = 0;
+  size_t surprisal_count_ = 0;
 
   std::vector<Token> out_tokens_;
   std::string text_;

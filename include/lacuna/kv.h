@@ -339,8 +339,9 @@ const char* reuse_source_name(ReuseSource s);
 
 struct PrefillResult {
   size_t n_prompt = 0;
-  size_t n_reused = 0;    // tokens whose KV was not recomputed
-  size_t n_computed = 0;  // tokens decoded
+  size_t n_reused = 0;            // tokens whose KV was not recomputed
+  size_t n_reused_positions = 0;  // restore(): positions [0, this) hold the prompt's KV
+  size_t n_computed = 0;          // tokens decoded
   ReuseSource source = ReuseSource::none;
   bool edit_reuse = false;  // tier 2 was applied
 };
@@ -363,6 +364,17 @@ class Session {
   // KvError when the prompt does not fit the context or llama_decode fails (the sequence is
   // then empty). The sequence is emptied when the session is created.
   PrefillResult prefill(std::span<const Token> prompt);
+
+  // prefill() in two halves, for a caller that decodes the rest itself (the runtime's
+  // Branch, in a batch shared with other sequences): restore() makes the sequence hold the
+  // prompt's KV at positions [0, n_reused_positions) (at most prompt.size() - 1) from what
+  // can be reused; the caller decodes the rest; record() then books the prompt as the
+  // sequence's tokens and offers its blocks to the prefix cache. Same errors as prefill().
+  PrefillResult restore(std::span<const Token> prompt);
+  void record(std::span<const Token> prompt, const PrefillResult& restored);
+  // The caller changed the sequence itself: it now holds exactly `tokens`. Throws KvError
+  // when the sequence's positions disagree.
+  void assume(std::span<const Token> tokens);
 
   // Decodes one token after the current ones (its logits at llama_get_logits_ith(ctx, -1)).
   void decode(Token token);

@@ -5,6 +5,7 @@
 
 #include "lacuna/kv.h"
 #include "lacuna/log.h"
+#include "runtime/decode_parts.h"
 
 namespace lacuna::kv {
 
@@ -77,13 +78,12 @@ Session::Session(llama_context* ctx, SeqId seq, const KvConfig& config, PrefixCa
   if (!traits_.partial_removal) cache_ = nullptr;  // recurrent/hybrid: exact fallback
   if (!config_.prefix_cache) cache_ = nullptr;
   batch_cap_ = static_cast<int32_t>(std::max<uint32_t>(1, llama_n_batch(ctx_)));
-  batch_ = llama_batch_init(batch_cap_, 0, 1);
   llama_memory_seq_rm(mem_, seq_, -1, -1);
 }
 
 Session::~Session() {
   if (pinned_ >= 0 && cache_ != nullptr) cache_->unpin(pinned_);
-  llama_batch_free(batch_);
+  if (batch_.token != nullptr) llama_batch_free(batch_);
 }
 
 void Session::set_pin(int32_t node) {
@@ -101,35 +101,28 @@ void Session::reset() {
 }
 
 void Session::decode_range(std::span<const Token> tokens, Pos start, SeqId seq, bool last_logits) {
-  size_t done = 0;
-  while (done < tokens.size()) {
-    const size_t n = std::min<size_t>(static_cast<size_t>(batch_cap_), tokens.size() - done);
-    batch_.n_tokens = static_cast<int32_t>(n);
-    for (size_t i = 0; i < n; ++i) {
-      batch_.token[i] = tokens[done + i];
-      batch_.pos[i] = start + static_cast<Pos>(done + i);
-      batch_.n_seq_id[i] = 1;
-      batch_.seq_id[i][0] = seq;
-      batch_.logits[i] = 0;
+  if (tokens.empty()) return;
+  if (batch_.token == nullptr) batch_ = llama_batch_init(batch_cap_, 0, 1);
+  // Through the runtime's one decode path; a full KV cache first gives the prefix cache's
+  // cells back, once.
+  runtime::Part part{seq, start, tokens, last_logits ? size_t{1} : size_t{0}};
+  bool evicted = false;
+  const int32_t rc = runtime::decode_parts(
+      ctx_, batch_, batch_cap_, std::span<runtime::Part>(&part, 1), {}, nullptr, [&]() {
+        if (evicted || cache_ == nullptr || cache_->n_nodes() == 0) return false;
+        log_message(LogLevel::info, "kv: context full, evicting the prefix cache");
+        cache_->clear();
+        evicted = true;
+        return true;
+      });
+  if (rc != 0) {
+    llama_memory_seq_rm(mem_, seq, -1, -1);
+    if (seq == seq_) {
+      set_pin(-1);
+      tokens_.clear();
     }
-    if (last_logits && done + n == tokens.size()) batch_.logits[n - 1] = 1;
-    int32_t rc = llama_decode(ctx_, batch_);
-    if (rc == 1 && cache_ != nullptr && cache_->n_nodes() > 0) {
-      // No room in the KV cache: give the prefix cache's cells back and try again.
-      log_message(LogLevel::info, "kv: context full, evicting the prefix cache");
-      cache_->clear();
-      rc = llama_decode(ctx_, batch_);
-    }
-    if (rc != 0) {
-      llama_memory_seq_rm(mem_, seq, -1, -1);
-      if (seq == seq_) {
-        set_pin(-1);
-        tokens_.clear();
-      }
-      throw KvError("kv: llama_decode failed with status " + std::to_string(rc) +
-                    (rc == 1 ? " (no room in the KV cache)" : ""));
-    }
-    done += n;
+    throw KvError(std::string("kv: llama_decode failed with status ") + std::to_string(rc) +
+                  (rc == 1 ? " (no room in the KV cache)" : ""));
   }
 }
 
@@ -245,6 +238,19 @@ size_t Session::apply_edit_reuse(std::span<const Token> prompt, size_t limit) {
 }
 
 PrefillResult Session::prefill(std::span<const Token> prompt) {
+  PrefillResult r = restore(prompt);
+  const size_t filled = r.n_reused_positions;
+  try {
+    decode_range(prompt.subspan(filled), static_cast<Pos>(filled), seq_, true);
+  } catch (...) {
+    tokens_.clear();
+    throw;
+  }
+  record(prompt, r);
+  return r;
+}
+
+PrefillResult Session::restore(std::span<const Token> prompt) {
   if (prompt.empty()) throw std::invalid_argument("Session::prefill: empty prompt");
   const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx_)));
   for (size_t i = 0; i < prompt.size(); ++i) {
@@ -318,14 +324,19 @@ PrefillResult Session::prefill(std::span<const Token> prompt) {
       stats_.tokens_reused_own += own;
     }
   }
-  tokens_.clear();
-  decode_range(prompt.subspan(filled), static_cast<Pos>(filled), seq_, true);
-  stats_.tokens_recomputed += prompt.size() - filled;
-  tokens_.assign(prompt.begin(), prompt.end());
+  tokens_.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(filled));
   if (r.source == ReuseSource::disk) persisted_tokens_ = std::max(persisted_tokens_, from_disk);
-
   r.n_reused = reused;
-  r.n_computed = static_cast<size_t>(stats_.tokens_recomputed - recomputed_before);
+  r.n_reused_positions = filled;
+  r.n_computed =
+      static_cast<size_t>(stats_.tokens_recomputed - recomputed_before) + (prompt.size() - filled);
+  return r;
+}
+
+void Session::record(std::span<const Token> prompt, const PrefillResult& r) {
+  const size_t reused = r.n_reused;
+  stats_.tokens_recomputed += prompt.size() - r.n_reused_positions;
+  tokens_.assign(prompt.begin(), prompt.end());
   const size_t full_blocks = prompt.size() / config_.block_size;
   const size_t hit_blocks = std::min(full_blocks, reused / config_.block_size);
   stats_.blocks_hit += hit_blocks;
@@ -337,7 +348,15 @@ PrefillResult Session::prefill(std::span<const Token> prompt) {
     set_pin(-1);  // the previous prompt's path is no longer this sequence's
     set_pin(cache_->insert(prompt, seq_));
   }
-  return r;
+}
+
+void Session::assume(std::span<const Token> tokens) {
+  const Pos pos_max = llama_memory_seq_pos_max(mem_, seq_);
+  if (pos_max + 1 != static_cast<Pos>(tokens.size())) {
+    throw KvError("Session::assume: the sequence holds " + std::to_string(pos_max + 1) +
+                  " positions, not " + std::to_string(tokens.size()));
+  }
+  tokens_.assign(tokens.begin(), tokens.end());
 }
 
 void Session::decode(Token token) {
