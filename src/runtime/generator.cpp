@@ -1006,7 +1006,6 @@ void Generator::step_many(std::span<Generator* const> gens, const Shared& shared
   for (Generator* g : gens) g->stats_.total_ms = ms_between(g->t_start_, Clock::now());
   if (rc != 0) {
     // Every generator whose pass did not run keeps its pending tokens for a later step.
-    std::string what;
     for (size_t i = 0; i < decoding.size(); ++i) {
       Generator& g = *decoding[i];
       if (!g.pending_.empty() && parts[i].n_decoded < parts[i].tokens.size()) {
@@ -1017,8 +1016,12 @@ void Generator::step_many(std::span<Generator* const> gens, const Shared& shared
                          g.pending_.begin() + static_cast<std::ptrdiff_t>(kept));
         g.drafts_.clear();
         g.logits_valid_ = false;
+        // No KV cell left (the cells are shared by every sequence of the context): the
+        // generation ends as when its own positions run out.
+        if (rc == 1) g.finish(StopReason::context_full);
       }
     }
+    if (rc == 1) return;
     throw std::runtime_error(std::string("Generator: llama_decode failed (decode, status ") +
                              std::to_string(rc) + ": " + runtime::decode_status_text(rc) + ")");
   }
