@@ -14,6 +14,9 @@
 #   build/    the CMake build tree of llama + ggml (CPU backend)
 #   install/  the installed libraries, headers and CMake package files
 #   ok        stamp written last; its presence means the cache is complete
+#   ok-common stamp of the additive step that builds llama.cpp's `llama-common` library
+#             (chat templates and parsers, common/chat.h) in the same build tree; lacuna's
+#             chat module links it from there (cmake/LacunaLlama.cmake)
 # Extra CMake arguments for llama.cpp can be given in LACUNA_LLAMA_CMAKE_ARGS.
 set -euo pipefail
 
@@ -30,7 +33,11 @@ want_stamp="$NPM_PACKAGE@$NPM_VERSION $NPM_INTEGRITY cc=$(command -v cc || true)
 log() { printf '[lacuna/llama.cpp] %s\n' "$*" >&2; }
 die() { printf '[lacuna/llama.cpp] error: %s\n' "$*" >&2; exit 1; }
 
-if [ -f "$cache/ok" ] && [ "$(cat "$cache/ok")" = "$want_stamp" ]; then
+# The common step's stamp: the main stamp plus the targets it builds.
+want_common_stamp="$want_stamp common=llama-common,llama-common-base,cpp-httplib"
+stamp_ok() { [ -f "$cache/$1" ] && [ "$(cat "$cache/$1")" = "$2" ]; }
+
+if stamp_ok ok "$want_stamp" && stamp_ok ok-common "$want_common_stamp"; then
   log "using cached build in $cache"
   exit 0
 fi
@@ -42,11 +49,41 @@ exec 9>"$cache/.lock"
 if command -v flock >/dev/null 2>&1; then
   log "waiting for the cache lock" && flock 9
 fi
-if [ -f "$cache/ok" ] && [ "$(cat "$cache/ok")" = "$want_stamp" ]; then
+if stamp_ok ok "$want_stamp" && stamp_ok ok-common "$want_common_stamp"; then
   log "using cached build in $cache (built by another process)"
   exit 0
 fi
-rm -f "$cache/ok"
+
+generator=()
+command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+launcher=()
+command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+
+# The additive step: reconfigure the same build tree with LLAMA_BUILD_COMMON=ON and build only
+# the common library and what it links (no HTTPS: LLAMA_OPENSSL stays OFF, no curl). llama and
+# ggml are not rebuilt (their flags do not change), and the `ok` stamp is left alone.
+build_common() {
+  rm -f "$cache/ok-common"
+  log "building llama-common (chat templates and parsers) in $cache/build"
+  # shellcheck disable=SC2086
+  cmake -S "$cache/src" -B "$cache/build" -DLLAMA_BUILD_COMMON=ON -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+    $extra_args >>"$cache/build-common.log" 2>&1 ||
+    { tail -n 40 "$cache/build-common.log" >&2; die "configure of llama-common failed (log: $cache/build-common.log)"; }
+  cmake --build "$cache/build" --parallel "$(nproc 2>/dev/null || echo 2)" \
+    --target llama-common llama-common-base cpp-httplib >>"$cache/build-common.log" 2>&1 ||
+    { tail -n 40 "$cache/build-common.log" >&2; die "build of llama-common failed (log: $cache/build-common.log)"; }
+  printf '%s' "$want_common_stamp" >"$cache/ok-common"
+  log "built llama-common in $cache/build/common"
+}
+
+if stamp_ok ok "$want_stamp"; then
+  : >"$cache/build-common.log"
+  build_common
+  exit 0
+fi
+rm -f "$cache/ok" "$cache/ok-common"
 
 for tool in npm git cmake tar openssl base64; do
   command -v "$tool" >/dev/null 2>&1 || die "'$tool' is not installed (run scripts/install-deps.sh)"
@@ -82,11 +119,6 @@ fi
 grep -q "llama_set_sampler" "$cache/src/include/llama.h" ||
   die "$cache/src is not llama.cpp $LLAMA_VERSION (no llama_set_sampler in llama.h)"
 
-generator=()
-command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
-launcher=()
-command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-
 log "building llama + ggml (CPU backend) in $cache/build"
 rm -rf "$cache/build" "$cache/install"
 # shellcheck disable=SC2086
@@ -106,3 +138,6 @@ cmake --install "$cache/build" >>"$cache/build.log" 2>&1 ||
 
 printf '%s' "$want_stamp" >"$cache/ok"
 log "installed into $cache/install"
+
+: >"$cache/build-common.log"
+build_common

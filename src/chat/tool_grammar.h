@@ -1,0 +1,27 @@
+// tool_grammar.h — the GBNF of a chat format's output syntax (llama.cpp's PEG parser for the
+// template), with every JSON Schema in it compiled by lacuna's converter instead of
+// llama.cpp's.
+#pragma once
+
+#include <map>
+#include <string>
+
+namespace lacuna::chat::detail {
+
+// The grammar of a serialized llama.cpp PEG arena (common_peg_arena::save()). lazy: only
+// the rules marked as triggers (the tool-call syntax, starting at its trigger text) under
+// "root"; otherwise the whole parser. `schemas` maps the names the parser gives its schema
+// nodes ("tool-NAME-schema", "tool-NAME-arg-PARAM-schema", "response-format-schema") to
+// JSON Schema text. Throws ChatError for a schema node without an entry, and lacuna's
+// SchemaError (with its JSON pointer) for a schema lacuna refuses. single_call: the root is
+// the parser's "tool-call" trigger rule alone (one call section, built by llama.cpp for
+// parallel_tool_calls = false), not the repeated "tool-calls" that some formats add.
+std::string arena_to_gbnf(const std::string& serialized_arena,
+                          const std::map<std::string, std::string>& schemas, bool lazy,
+                          bool single_call);
+
+// Renames every rule of a GBNF text to `prefix` + name (the root rule becomes `prefix`
+// itself), leaving string literals, character classes and repetition bounds alone.
+std::string prefix_gbnf_rules(const std::string& gbnf, const std::string& prefix);
+
+}  // namespace lacuna::chat::detail
