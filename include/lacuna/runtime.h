@@ -32,11 +32,12 @@ struct ContextParams {
   int32_t n_threads_batch = 0;
   bool embeddings = false;  // a context for encode() (pooled embeddings)
   // KV reuse: the in-memory prefix cache (kv.prefix_cache, its own sequences on top of
-  // n_branches) and the persistent store (kv.persist_dir). From the environment by default.
-  kv::KvConfig kv = kv::KvConfig::from_env();
+  // n_branches) and the persistent store (kv.persist_dir). kv::KvConfig::from_env() gives
+  // the LACUNA_* variables' settings.
+  kv::KvConfig kv{};
   uint32_t n_cache_holders = 4;  // sequences the prefix cache may hold prefixes in
   std::string model_path;        // for the persistent store's fingerprint (default: the model's)
-  DecodeOptions decode = decode_options_from_env();  // for new branches
+  DecodeOptions decode{};        // for new branches (decode_options_from_env(): LACUNA_SKIP, ...)
 };
 
 struct BranchParams {
@@ -233,6 +234,7 @@ class Context {
   // KV reuse stats of every branch so far (pruned ones included).
   kv::KvStats kv_stats() const;
   kv::PrefixCache* prefix_cache() const { return cache_.get(); }
+  kv::PersistentStore* persistent_store() const { return disk_.get(); }
 
  private:
   friend class Branch;

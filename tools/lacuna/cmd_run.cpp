@@ -3,8 +3,9 @@
 //
 // Defaults: greedy decoding (--temp 0) so that a run is deterministic; the prompt is
 // tokenized with the model's BOS (when it asks for one) and with special-token text parsed.
-// The decode loop is lacuna::Generator: forced tokens are emitted without forward passes
-// (LACUNA_SKIP=0 / LACUNA_VERIFY=0 switch that off, docs/generator.md).
+// Decoding is one runtime::Branch (docs/runtime.md): prefill through KV reuse, forced tokens
+// emitted without forward passes (LACUNA_SKIP=0 / LACUNA_VERIFY=0 switch that off,
+// docs/generator.md). This file keeps no decode logic of its own.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -24,73 +25,12 @@
 #include "lacuna/json_schema.h"
 #include "lacuna/kv.h"
 #include "lacuna/model.h"
+#include "lacuna/runtime.h"
 
 namespace {
 
-struct RunStats {
-  int32_t n_prompt = 0;
-  int32_t n_generated = 0;
-  int32_t n_forward = 0;   // llama_decode calls
-  double prefill_s = 0.0;  // prompt forward passes
-  double decode_s = 0.0;   // from the end of prefill to the last generated token
-  size_t n_reused = 0;     // prompt tokens whose KV came from the disk cache (kv::Session)
-};
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Prefill (through the KV session when there is one) and generation with the Generator.
-// With a session, the session restores/decodes all prompt tokens but the last; the
-// generator decodes the last one and takes it from there.
-RunStats generate(lacuna::Context& ctx, const lacuna::GeneratorConfig& config,
-                  std::unique_ptr<lacuna::Constraint> constraint,
-                  std::span<const lacuna::Token> prompt,
-                  const std::function<void(std::string_view)>& on_text,
-                  lacuna::kv::Session* session, lacuna::GenerationStats& gen_stats) {
-  RunStats st;
-  st.n_prompt = static_cast<int32_t>(prompt.size());
-  const int32_t n_batch = static_cast<int32_t>(ctx.n_batch());
-  lacuna::Batch batch(n_batch);
-
-  // Warm-up pass (not counted): the first llama_decode also builds and allocates the
-  // compute graph, which would otherwise be billed to prefill.
-  batch.add(prompt[0], 0, 0, true);
-  ctx.decode(batch);
-  ctx.clear_memory();
-
-  auto t0 = std::chrono::steady_clock::now();
-  std::span<const lacuna::Token> rest = prompt;
-  if (session != nullptr && prompt.size() > 1) {
-    const lacuna::kv::PrefillResult r = session->prefill(prompt.first(prompt.size() - 1));
-    st.n_reused = r.n_reused;
-    st.n_forward += r.n_computed > 0 ? 1 : 0;
-    rest = prompt.last(1);
-  }
-  lacuna::Generator gen(ctx.get(), config, std::move(constraint));
-  gen.prefill(rest);
-  if (session != nullptr) session->append_external(rest);
-  st.n_forward += static_cast<int32_t>((rest.size() + static_cast<size_t>(n_batch) - 1) /
-                                       static_cast<size_t>(n_batch));
-  st.prefill_s = seconds_since(t0);
-
-  t0 = std::chrono::steady_clock::now();
-  if (config.max_tokens > 0) {  // -n 0: prefill only
-    gen.generate([&](const lacuna::Step& step) {
-      if (!step.text.empty()) on_text(step.text);
-      return true;
-    });
-  }
-  st.decode_s = seconds_since(t0);
-  if (session != nullptr) {
-    // Generated tokens whose KV is in the sequence (the last ones may still be pending).
-    const size_t in_kv = static_cast<size_t>(gen.n_past()) - prompt.size();
-    session->append_external(std::span<const lacuna::Token>(gen.tokens()).first(in_kv));
-  }
-  st.n_generated = static_cast<int32_t>(gen.tokens().size());
-  st.n_forward += static_cast<int32_t>(gen.stats().forward_passes);
-  gen_stats = gen.stats();
-  return st;
 }
 
 }  // namespace
@@ -147,10 +87,6 @@ LACUNA_COMMAND(cmd_run, "run", "generate text from a prompt (streams to stdout)"
   if (const int rc = lacuna::cli::parse_args(app, argc, argv); rc >= 0) return rc;
 
   const lacuna::Model model = lacuna::Model::load(model_path);
-  lacuna::ContextParams cp;
-  cp.n_ctx = n_ctx;
-  cp.n_threads = threads;
-  lacuna::Context ctx = lacuna::Context::create(model, cp);
   const lacuna::Vocab vocab = model.vocab();
 
   const std::vector<lacuna::Token> tokens =
@@ -159,9 +95,9 @@ LACUNA_COMMAND(cmd_run, "run", "generate text from a prompt (streams to stdout)"
     std::cerr << "lacuna run: the prompt gives no tokens\n";
     return 2;
   }
-  if (tokens.size() + static_cast<size_t>(n_predict) > ctx.n_ctx()) {
+  if (tokens.size() + static_cast<size_t>(n_predict) > n_ctx) {
     std::cerr << "lacuna run: the prompt (" << tokens.size() << " tokens) plus -n " << n_predict
-              << " does not fit the context of " << ctx.n_ctx() << " tokens (use --ctx)\n";
+              << " does not fit the context of " << n_ctx << " tokens (use --ctx)\n";
     return 2;
   }
 
@@ -208,59 +144,79 @@ LACUNA_COMMAND(cmd_run, "run", "generate text from a prompt (streams to stdout)"
     return 2;
   }
 
-  lacuna::GeneratorConfig gc;
-  gc.temp = temp;
-  gc.seed = seed;
-  gc.max_tokens = static_cast<size_t>(n_predict);
-  gc.stop_strings = stop_strings;
+  lacuna::runtime::ContextParams rp;
+  lacuna::runtime::BranchParams bp;
   try {
-    gc.decode = lacuna::decode_options_from_env();
-    gc.print_stats = lacuna::stats_enabled_from_env();
+    rp.decode = lacuna::decode_options_from_env();
+    bp.print_stats = lacuna::stats_enabled_from_env();
+    rp.kv = lacuna::kv::KvConfig::from_env();
   } catch (const std::exception& e) {
     std::cerr << "lacuna run: " << e.what() << "\n";
     return 2;
   }
-
-  // KV reuse across runs (src/kv): only with a persistent cache directory.
-  lacuna::kv::KvConfig kv_config = lacuna::kv::KvConfig::from_env();
-  if (!persist_dir.empty()) kv_config.persist_dir = persist_dir;
-  if (kv_block != 0) kv_config.block_size = kv_block;
-  std::unique_ptr<lacuna::kv::PersistentStore> kv_store;
-  std::unique_ptr<lacuna::kv::Session> kv_session;
-  if (!no_kv_reuse && !kv_config.persist_dir.empty()) {
-    kv_store = std::make_unique<lacuna::kv::PersistentStore>(
-        kv_config.persist_dir,
-        lacuna::kv::PersistentStore::model_fingerprint(kv_config.persist_dir, model_path),
-        kv_config.block_size);
-    kv_session =
-        std::make_unique<lacuna::kv::Session>(ctx.get(), 0, kv_config, nullptr, kv_store.get());
+  rp.n_ctx = n_ctx;
+  rp.n_threads = threads;
+  rp.n_branches = 1;
+  rp.n_cache_holders = 1;
+  rp.model_path = model_path;
+  // KV reuse across runs: the persistent store (--persist-dir or LACUNA_PERSIST_DIR).
+  if (!persist_dir.empty()) rp.kv.persist_dir = persist_dir;
+  if (kv_block != 0) rp.kv.block_size = kv_block;
+  if (no_kv_reuse) {
+    rp.kv.persist_dir.clear();
+    rp.kv.prefix_cache = false;
   }
+  bp.temp = temp;
+  bp.seed = seed;
+  bp.max_tokens = static_cast<size_t>(n_predict);
+  bp.stop_strings = stop_strings;
 
-  lacuna::GenerationStats gen_stats;
-  const RunStats st = generate(
-      ctx, gc, std::move(constraint), tokens,
-      [&](std::string_view text) {
-        std::fwrite(text.data(), 1, text.size(), stdout);
+  lacuna::runtime::Context rt(model, rp);
+  {
+    // Warm-up pass (not counted): the first llama_decode also builds and allocates the
+    // compute graph, which would otherwise be billed to prefill.
+    lacuna::runtime::Branch warm = rt.create_branch();
+    warm.prefill(std::span<const lacuna::Token>(tokens).first(1));
+    warm.prune();
+  }
+  lacuna::runtime::Branch branch = rt.create_branch(bp);
+  branch.set_constraint(std::move(constraint));
+
+  auto t0 = std::chrono::steady_clock::now();
+  branch.prefill(tokens);
+  const double prefill_s = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  if (n_predict > 0) {  // -n 0: prefill only
+    branch.generate([&](const lacuna::Step& step) {
+      if (!step.text.empty()) {
+        std::fwrite(step.text.data(), 1, step.text.size(), stdout);
         std::fflush(stdout);
-      },
-      kv_session.get(), gen_stats);
+      }
+      return true;
+    });
+  }
+  const double decode_s = seconds_since(t0);
   std::fputc('\n', stdout);
   std::fflush(stdout);
 
-  const double prefill_tps = st.prefill_s > 0 ? st.n_prompt / st.prefill_s : 0.0;
-  const double decode_tps = st.decode_s > 0 ? st.n_generated / st.decode_s : 0.0;
+  const lacuna::GenerationStats& gs = branch.generator().stats();
+  const size_t n_generated = branch.generator().tokens().size();
+  const double prefill_tps = prefill_s > 0 ? static_cast<double>(tokens.size()) / prefill_s : 0.0;
+  const double decode_tps = decode_s > 0 ? static_cast<double>(n_generated) / decode_s : 0.0;
   std::fprintf(stderr,
-               "prompt %d tokens, generated %d tokens, %d forward passes, "
+               "prompt %zu tokens, generated %zu tokens, %zu forward passes, "
                "prefill %.1f tokens/s, decode %.1f tokens/s\n",
-               st.n_prompt, st.n_generated, st.n_forward, prefill_tps, decode_tps);
-  if (json_stats) std::fprintf(stderr, "%s\n", gen_stats.to_json().c_str());
-  if (kv_session) {
-    const uint64_t written = kv_session->persist();
-    kv_store->cleanup(kv_config.persist_max_age_s, kv_config.persist_max_bytes);
+               tokens.size(), n_generated, gs.forward_passes, prefill_tps, decode_tps);
+  if (json_stats) std::fprintf(stderr, "%s\n", gs.to_json().c_str());
+  if (rt.persistent_store() != nullptr) {
+    const uint64_t written = branch.persist();
+    rt.persistent_store()->cleanup(rp.kv.persist_max_age_s, rp.kv.persist_max_bytes);
+    const lacuna::kv::KvStats& ks = branch.kv_stats();
     std::fprintf(stderr,
-                 "kv: %zu prompt tokens reused from the disk cache, %llu bytes read, "
+                 "kv: %llu prompt tokens reused from the disk cache, %llu bytes read, "
                  "%llu bytes written\n",
-                 st.n_reused, static_cast<unsigned long long>(kv_session->stats().bytes_loaded),
+                 static_cast<unsigned long long>(ks.tokens_reused_disk),
+                 static_cast<unsigned long long>(ks.bytes_loaded),
                  static_cast<unsigned long long>(written));
   }
   return 0;
