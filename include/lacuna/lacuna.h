@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 /* Bumped on every incompatible change of this header. */
-#define LACUNA_ABI_VERSION 1
+#define LACUNA_ABI_VERSION 2
 
 typedef enum lacuna_status {
   LACUNA_OK = 0,
@@ -214,9 +214,10 @@ lacuna_status lacuna_token_to_piece(const lacuna_model* model, llama_token token
                                     char* buf, size_t capacity, size_t* len);
 
 typedef struct lacuna_context_params {
-  uint32_t n_ctx;    /* KV cache size in tokens; default 4096; 0 = the model's training size */
-  uint32_t n_batch;  /* most tokens per forward pass; default 512 */
-  int32_t n_threads; /* default 0 = all hardware threads */
+  uint32_t n_ctx;      /* KV cells shared by every branch; default 4096; 0 = the model's size */
+  uint32_t n_batch;    /* most tokens per forward pass; default 512 */
+  int32_t n_threads;   /* default 0 = all hardware threads */
+  uint32_t n_branches; /* branches (a stream is one) alive at once; default 8 (ABI 2) */
 } lacuna_context_params;
 
 lacuna_context_params lacuna_context_default_params(void);

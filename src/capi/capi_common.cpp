@@ -92,6 +92,23 @@ std::unique_ptr<TokenTrieConstraint> make_trie(const llama_vocab* vocab, const c
       p.descriptor_path == nullptr ? std::string_view() : std::string_view(p.descriptor_path));
 }
 
+lacuna_status status_of(runtime::StateFileError::Kind kind) {
+  using K = runtime::StateFileError::Kind;
+  switch (kind) {
+    case K::not_found:
+      return LACUNA_ERR_NOT_FOUND;
+    case K::io:
+      return LACUNA_ERR_IO;
+    case K::parse:
+      return LACUNA_ERR_PARSE;
+    case K::model_mismatch:
+      return LACUNA_ERR_MODEL_MISMATCH;
+    case K::limit:
+      return LACUNA_ERR_LIMIT;
+  }
+  return LACUNA_ERR_INTERNAL;
+}
+
 }  // namespace lacuna::capi
 
 extern "C" const char* lacuna_last_error(void) {

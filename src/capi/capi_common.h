@@ -14,6 +14,7 @@
 #include "lacuna/matcher.h"
 #include "lacuna/model.h"
 #include "lacuna/regex.h"
+#include "lacuna/runtime.h"
 #include "lacuna/token_trie.h"
 
 namespace lacuna::capi {
@@ -34,6 +35,7 @@ class CapiError : public std::runtime_error {
 
 lacuna_status status_of(TrieErrc code);
 lacuna_status status_of(ModelErrorKind kind);
+lacuna_status status_of(runtime::StateFileError::Kind kind);
 
 // Runs `fn` (which returns a lacuna_status), turning every exception into a status and a
 // thread-local message prefixed with `what` (the C function's name).
@@ -56,8 +58,14 @@ lacuna_status guarded(const char* what, Fn&& fn) {
     return fail(LACUNA_ERR_LIMIT, prefixed(e.what()));
   } catch (const ModelError& e) {
     return fail(status_of(e.kind()), prefixed(e.what()));
+  } catch (const runtime::StateFileError& e) {
+    return fail(status_of(e.kind()), prefixed(e.what()));
   } catch (const std::invalid_argument& e) {
     return fail(LACUNA_ERR_INVALID_ARGUMENT, prefixed(e.what()));
+  } catch (const std::length_error& e) {  // no free sequence, a buffer too small
+    return fail(LACUNA_ERR_LIMIT, prefixed(e.what()));
+  } catch (const std::logic_error& e) {  // not now: prune with children, next before prefill
+    return fail(LACUNA_ERR_STATE, prefixed(e.what()));
   } catch (const std::bad_alloc&) {
     return fail(LACUNA_ERR_INTERNAL, prefixed("out of memory"));
   } catch (const std::exception& e) {

@@ -314,7 +314,9 @@ void Branch::save_state(const std::string& path) const {
   const Generator& g = *st.decoder;
   if (g.n_past() == 0)
     throw StateFileError(StateFileError::Kind::limit, "the branch is empty: prefill first");
-  const auto kv_tokens = g.history().first(static_cast<size_t>(g.n_past() - g.history_base()));
+  // Every token of the sequence, those still pending (not in the KV payload) too: loading
+  // decodes what the payload lacks.
+  const auto kv_tokens = g.history();
   const std::vector<uint8_t> state = sequence_state(c.raw(), st.seq);
   kv::KvShape shape = kv::model_shape(c.model().get());
   kv::payload_kv_info(state, shape.n_layer, shape);

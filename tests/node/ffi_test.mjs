@@ -20,6 +20,7 @@ const ContextParams = koffi.struct('lacuna_context_params', {
   n_ctx: 'uint32_t',
   n_batch: 'uint32_t',
   n_threads: 'int32_t',
+  n_branches: 'uint32_t',
 });
 const StreamParams = koffi.struct('lacuna_stream_params', {
   max_tokens: 'int32_t',
@@ -127,7 +128,7 @@ function generate(stream, prompt) {
   return drain(stream);
 }
 
-assert.equal(api.abiVersion(), 1);
+assert.equal(api.abiVersion(), 2);
 
 // A missing model file: a status and a message, no crash.
 {
