@@ -360,6 +360,127 @@ typedef struct lacuna_stats {
 
 lacuna_status lacuna_stream_stats(lacuna_stream* stream, lacuna_stats* stats);
 
+
+/* ---- branches: the agent runtime (docs/runtime.md) -----------------------------------------
+ * A branch is one sequence of a context: prefill (KV reused through the context's prefix cache
+ * and persistent store), pull-based generation, produce/commit, fork, prune, metrics, Blink
+ * KV, state files; many branches step or commit in ONE forward pass (lacuna_branches_*).
+ * Threads: a branch belongs to its context: one thread at a time for the context and all its
+ * branches and streams (another thread gets LACUNA_ERR_BUSY). A branch handle keeps the
+ * context alive. A pruned branch's handle stays valid as a handle: calls on it give
+ * LACUNA_ERR_INVALID_ARGUMENT; lacuna_branch_free releases it. */
+typedef struct lacuna_branch lacuna_branch;
+
+typedef struct lacuna_branch_params {
+  int32_t max_tokens; /* tokens per generation; default 256; 0 = until another stop */
+  float temperature;  /* default 0 = greedy */
+  float top_p;        /* default 0.95 */
+  int32_t top_k;      /* default 40 */
+  float min_p;        /* default 0.05 */
+  uint32_t seed;      /* default 0 */
+  int32_t track_perplexity; /* 1: perplexity counts next()'s tokens too; default 0 */
+  uint32_t blink_sinks;     /* automatic Blink KV: keep the first blink_sinks tokens and */
+  uint32_t blink_tail;      /* the last blink_tail when the context is full; 0, 0 = off */
+} lacuna_branch_params;
+
+lacuna_branch_params lacuna_branch_default_params(void);
+
+/* A new, empty branch (params NULL = defaults). No free sequence -> LIMIT. */
+lacuna_status lacuna_branch_create(lacuna_context* ctx, const lacuna_branch_params* params,
+                                   lacuna_branch** out);
+/* Prunes the branch with everything forked from it (if still alive) and frees the handle.
+ * NULL is a no-op. */
+void lacuna_branch_free(lacuna_branch* branch);
+
+/* Appends tokens to the branch's sequence and decodes them (reusing KV where it can); a new
+ * generation starts (the constraint is not reset: lacuna_branch_set_* installs a fresh one). */
+lacuna_status lacuna_branch_prefill(lacuna_branch* branch, const llama_token* tokens, size_t n);
+lacuna_status lacuna_branch_prefill_text(lacuna_branch* branch, const char* text, size_t len,
+                                         int32_t add_special, int32_t parse_special);
+/* The sequence becomes exactly these tokens: the longest prefix already held (by the branch,
+ * the prefix cache or the persistent store) is kept, the rest decoded (warm multi-turn). */
+lacuna_status lacuna_branch_set_tokens(lacuna_branch* branch, const llama_token* tokens, size_t n);
+
+/* The next token(s) (forced tokens skipped, drafts verified), as lacuna_stream_next. The step's
+ * buffers belong to the branch until its next call. */
+lacuna_status lacuna_branch_next(lacuna_branch* branch, lacuna_step* step);
+/* Samples at the current position without taking the token (needs logits: after a prefill or
+ * commit, else STATE); *token may be an end-of-generation token; LLAMA_TOKEN_NULL when the
+ * constraint allows nothing. */
+lacuna_status lacuna_branch_produce(lacuna_branch* branch, llama_token* token);
+/* Takes `token` (the constraint must allow it, else INVALID_ARGUMENT and nothing changes) and
+ * decodes it. */
+lacuna_status lacuna_branch_commit(lacuna_branch* branch, llama_token token);
+
+/* A new branch sharing this one's KV (no copy), constraint, sampler state and logits. */
+lacuna_status lacuna_branch_fork(lacuna_branch* branch, lacuna_branch** out);
+/* Frees the branch's sequence (STATE while it has live children); the handle remains to be
+ * freed. */
+lacuna_status lacuna_branch_prune(lacuna_branch* branch);
+lacuna_status lacuna_branch_prune_subtree(lacuna_branch* branch);
+/* Prunes every other branch of the context; `branch` becomes a root. */
+lacuna_status lacuna_branch_retain_only(lacuna_branch* branch);
+/* 1 while the branch lives (not pruned). */
+int32_t lacuna_branch_alive(const lacuna_branch* branch);
+
+/* Constraints for the branch's next tokens. Triggers (optional): inactive until one of these
+ * strings appears in the output (lazy). */
+lacuna_status lacuna_branch_set_grammar(lacuna_branch* branch, const char* gbnf, size_t len,
+                                        const char* const* triggers, size_t n_triggers);
+lacuna_status lacuna_branch_set_json_schema(lacuna_branch* branch, const char* schema, size_t len,
+                                            int32_t compact, const char* const* triggers,
+                                            size_t n_triggers);
+lacuna_status lacuna_branch_set_token_trie(lacuna_branch* branch, const char* json, size_t len);
+lacuna_status lacuna_branch_clear_constraint(lacuna_branch* branch);
+lacuna_status lacuna_branch_set_sampler(lacuna_branch* branch, float temperature, int32_t top_k,
+                                        float top_p, float min_p, uint32_t seed);
+lacuna_status lacuna_branch_reseed(lacuna_branch* branch, uint32_t seed);
+/* Adds bias[i] to the logit of tokens[i] before sampling (n = 0 clears). */
+lacuna_status lacuna_branch_set_logit_bias(lacuna_branch* branch, const llama_token* tokens,
+                                           const float* bias, size_t n);
+
+/* Metrics from the branch's logits at its position (STATE when it has none): entropy of the
+ * model's next-token distribution and -log p(token), in nats (bits: divide by ln 2); the
+ * perplexity of the tokens taken from logits so far (0 when none). */
+lacuna_status lacuna_branch_entropy(lacuna_branch* branch, double* nats);
+lacuna_status lacuna_branch_surprisal(lacuna_branch* branch, llama_token token, double* nats);
+lacuna_status lacuna_branch_perplexity(lacuna_branch* branch, double* perplexity);
+/* Copies the logits (n_vocab floats) into buf; LIMIT when capacity is smaller (*n says how many
+ * are needed); STATE when there are none. */
+lacuna_status lacuna_branch_logits(lacuna_branch* branch, float* buf, size_t capacity, size_t* n);
+
+/* The whole sequence's tokens (KV then pending), and the current generation's output text and
+ * tokens; same lifetime as the step buffers. */
+lacuna_status lacuna_branch_sequence(lacuna_branch* branch, const llama_token** tokens, size_t* n);
+lacuna_status lacuna_branch_text(lacuna_branch* branch, const char** text, size_t* len);
+lacuna_status lacuna_branch_output(lacuna_branch* branch, const llama_token** tokens, size_t* n);
+lacuna_status lacuna_branch_stats(lacuna_branch* branch, lacuna_stats* stats);
+
+/* Blink KV: the sequence becomes sinks + tail at positions 0.. (the next logits equal a cold
+ * prefill of them); the generation goes on. Too long for the context -> INVALID_ARGUMENT. */
+lacuna_status lacuna_branch_clear_and_reseed(lacuna_branch* branch, const llama_token* sinks,
+                                             size_t n_sinks, const llama_token* tail,
+                                             size_t n_tail);
+
+/* The branch's tokens and KV to a file and back (the KV cache file format: checksums and the
+ * model file's fingerprint). Missing -> NOT_FOUND, corrupt -> PARSE, another model's ->
+ * MODEL_MISMATCH; a refused file leaves the branch as it was. */
+lacuna_status lacuna_branch_save_state(lacuna_branch* branch, const char* path);
+lacuna_status lacuna_branch_load_state(lacuna_branch* branch, const char* path);
+
+/* Many branches of one context in one forward pass: commit tokens[i] to branches[i]; or one
+ * next() for each, steps[i] receiving branches[i]'s step. A branch of another context or
+ * listed twice -> INVALID_ARGUMENT, before anything runs. */
+lacuna_status lacuna_branches_commit(lacuna_branch* const* branches, const llama_token* tokens,
+                                     size_t n);
+lacuna_status lacuna_branches_step(lacuna_branch* const* branches, size_t n, lacuna_step* steps);
+
+/* KV cells of the context (llama.cpp does not report its used cells: positions held by the
+ * branches, a fork's shared prefix counted once) and free branch sequences. */
+lacuna_status lacuna_context_kv_pressure(lacuna_context* ctx, uint32_t* n_ctx, uint32_t* used,
+                                         uint32_t* remaining);
+lacuna_status lacuna_context_available(lacuna_context* ctx, size_t* n_free);
+
 #ifdef __cplusplus
 }
 #endif
