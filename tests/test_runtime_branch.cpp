@@ -407,3 +407,32 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, Runtime,
                          ::testing::Values("tiny-llama3", "tiny-spm", "tiny-qwen2"));
 
 }  // namespace
+
+namespace {
+
+// Embeddings: pooled (mean), L2-normalized, deterministic, and a context made without
+// embeddings refuses.
+TEST(RuntimeEmbeddings, EncodeIsNormalizedAndDeterministic) {
+  const lacuna::Model m = kvtest::load("tiny-llama3");
+  ContextParams p = params(256, 2);
+  p.embeddings = true;
+  Context ctx(m, p);
+  const auto a = kvtest::random_tokens(20, 1, m.vocab().n_vocab());
+  const auto b = kvtest::random_tokens(20, 2, m.vocab().n_vocab());
+  const std::vector<float> ea = ctx.encode(a);
+  ASSERT_EQ(ea.size(), static_cast<size_t>(m.n_embd()));
+  double norm = 0;
+  for (float v : ea) norm += static_cast<double>(v) * v;
+  EXPECT_NEAR(norm, 1.0, 1e-4);
+  EXPECT_EQ(ctx.encode(a), ea);
+  const std::vector<float> eb = ctx.encode(b);
+  double dot = 0;
+  for (size_t i = 0; i < ea.size(); ++i) dot += static_cast<double>(ea[i]) * eb[i];
+  EXPECT_LT(dot, 0.9999);
+  EXPECT_EQ(ctx.store().available(), 2u);  // the sequence went back
+  EXPECT_THROW(ctx.encode({}), std::invalid_argument);
+  Context plain(m, params(256, 1));
+  EXPECT_THROW(plain.encode(a), std::logic_error);
+}
+
+}  // namespace
