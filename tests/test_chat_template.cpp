@@ -3,7 +3,10 @@
 // their documented format says; bad input gets a clear error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <optional>
+#include <set>
 #include <string>
 
 #include "lacuna/chat.h"
@@ -35,6 +38,10 @@ Request fixed_conversation() {
   return r;
 }
 
+size_t refused_count(const std::string& refused) {
+  return static_cast<size_t>(std::count(refused.begin(), refused.end(), '\n'));
+}
+
 TEST(ChatTemplate, EveryKnownTemplateRendersTheFixedConversation) {
   const auto names = Template::known_names();
   ASSERT_GT(names.size(), 20u);
@@ -54,7 +61,13 @@ TEST(ChatTemplate, EveryKnownTemplateRendersTheFixedConversation) {
     try {
       p = t->apply(fixed_conversation());
     } catch (const ChatError& e) {
-      ADD_FAILURE() << e.what();
+      // Templates whose own Jinja raises on a tool round trip (strict user/assistant
+      // alternation): the error must say so.
+      static const std::set<std::string> strict = {
+          "Mistral-Small-3.2-24B-Instruct-2506", "google-gemma-2-2b-it",
+          "mistralai-Ministral-3-14B-Reasoning-2512", "mistralai-Mistral-Nemo-Instruct-2407"};
+      if (strict.count(name) == 0) ADD_FAILURE() << e.what();
+      EXPECT_NE(std::string(e.what()).find("alternate"), std::string::npos) << e.what();
       continue;
     }
     EXPECT_NE(p.text.find("Paris"), std::string::npos) << p.text;
@@ -65,25 +78,52 @@ TEST(ChatTemplate, EveryKnownTemplateRendersTheFixedConversation) {
     std::fprintf(stderr, "%zu of %zu rendered; refused:\n%s", rendered, names.size(),
                  refused.c_str());
   }
-  EXPECT_GE(rendered, names.size() - 5);
+  EXPECT_EQ(rendered + refused_count(refused), names.size() - 4);
 }
 
-TEST(ChatTemplate, Dump) {
-  const char* name = std::getenv("LACUNA_DUMP_TEMPLATE");
-  if (name == nullptr) GTEST_SKIP();
-  Template t = Template::from_source(Template::load_source(name), "<s>", "</s>");
-  Request r = fixed_conversation();
-  lacuna::chat::Prompt p = t.apply(r);
-  std::fprintf(stderr, "=====PROMPT\n%s=====END\nformat %s\ngen prompt [%s]\nthink [%s] open %d\n",
-               p.text.c_str(), p.format.c_str(), p.generation_prompt.c_str(),
-               p.thinking_start.c_str(), p.thinking_open);
-  r.messages.pop_back();
-  r.messages.pop_back();
-  r.messages.pop_back();
-  p = t.apply(r);
-  std::fprintf(stderr, "=====GBNF\n%s\n%s\n=====triggers\n", p.gbnf.c_str(),
-               p.constraint_error.c_str());
-  for (auto& s : p.triggers) std::fprintf(stderr, "%s\n", s.c_str());
+// Qwen 2.5's documented format: ChatML turns, the tools as JSON lines inside <tools> in the
+// system turn, a call as {"name", "arguments"} inside <tool_call>, a tool result as a user
+// turn inside <tool_response>.
+TEST(ChatTemplate, Qwen25RendersItsDocumentedFormat) {
+  Template t = Template::from_source(Template::load_source("Qwen-Qwen2.5-7B-Instruct"));
+  const std::string want =
+      "<|im_start|>system\nYou are a helpful assistant.\n\n# Tools\n\nYou may call one or more "
+      "functions to assist with the user query.\n\nYou are provided with function signatures "
+      "within <tools></tools> XML tags:\n<tools>\n"
+      "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+      "\"Get the weather\", \"parameters\": {\"properties\": {\"city\": {\"type\": "
+      "\"string\"}}, \"required\": [\"city\"], \"type\": \"object\"}}}\n</tools>\n\n"
+      "For each function call, return a json object with function name and arguments within "
+      "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+      "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+      "<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n"
+      "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+      "{\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n"
+      "<|im_start|>user\n<tool_response>\n18 C, sunny\n</tool_response><|im_end|>\n"
+      "<|im_start|>user\nThanks!<|im_end|>\n<|im_start|>assistant\n";
+  EXPECT_EQ(t.apply(fixed_conversation()).text, want);
+}
+
+// Llama 3.1's documented format: header ids, the ipython environment and dates in the
+// system turn, the tools in the first user turn, a call as {"name", "parameters"}, a tool
+// result in an ipython turn.
+TEST(ChatTemplate, Llama31RendersItsDocumentedFormat) {
+  Template t =
+      Template::from_source(Template::load_source("meta-llama-Llama-3.1-8B-Instruct"), "<s>");
+  const std::string text = t.apply(fixed_conversation()).text;
+  const std::string head =
+      "<s><|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\nCutting "
+      "Knowledge Date: December 2023\nToday Date: 15 Jul 2024\n\nYou are a helpful "
+      "assistant.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n";
+  const std::string tail =
+      "What is the weather in Paris?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+      "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}<|eot_id|>"
+      "<|start_header_id|>ipython<|end_header_id|>\n\n\"18 C, sunny\"<|eot_id|>"
+      "<|start_header_id|>user<|end_header_id|>\n\nThanks!<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  ASSERT_GE(text.size(), head.size() + tail.size());
+  EXPECT_EQ(text.substr(0, head.size()), head);
+  EXPECT_EQ(text.substr(text.size() - tail.size()), tail);
 }
 
 }  // namespace

@@ -38,6 +38,9 @@ struct ModelPreset {
   bool attn_bias = false;       // q/k/v biases (qwen2)
   bool tie_embeddings = false;  // no output.weight: the token embedding doubles as output
   WeightType default_type = WeightType::f32;
+  // Chat template written as tokenizer.chat_template: a file name (without .jinja) of the
+  // pinned llama.cpp's models/templates/. Empty: the tokenizer file's own, if any.
+  std::string chat_template;
 };
 
 // tiny-llama3, tiny-spm, tiny-qwen2, bench-0.5b (sorted by name).
@@ -52,6 +55,9 @@ struct MakeModelOptions {
   std::optional<WeightType> type;     // default: the preset's
   std::string vocab_dir;              // default: LACUNA_LLAMA_SRC_DIR "/models"
   bool skip_existing = false;         // keep out_path if it is a complete GGUF of this preset+type
+  // Chat template: NAME (models/templates/NAME.jinja next to the tokenizers) or a Jinja FILE;
+  // empty: the preset's; "none": none beyond what the tokenizer file carries.
+  std::string chat_template;
 };
 
 struct MakeModelResult {

@@ -2,6 +2,8 @@
 // llama.cpp's parser for the format; never aborts, bad output is a ChatError.
 #include <chat.h>
 
+#include <nlohmann/json.hpp>
+
 #include "lacuna/chat.h"
 
 namespace lacuna::chat {
@@ -27,6 +29,15 @@ Message parse(const Prompt& prompt, std::string_view output, bool partial) {
   for (size_t i = 0; i < msg.tool_calls.size(); ++i) {
     const common_chat_tool_call& c = msg.tool_calls[i];
     ToolCall call{c.id, c.name, c.arguments};
+    // llama.cpp's parser is lenient: complete output with a cut call still yields the call.
+    if (!partial) {
+      const nlohmann::json args = nlohmann::json::parse(call.arguments, nullptr, false);
+      if (call.name.empty() || args.is_discarded() || !args.is_object()) {
+        throw ChatError("the output does not parse as the chat format '" + prompt.format +
+                        "': tool call " + std::to_string(i) + " (" + call.name +
+                        ") has no complete JSON object of arguments");
+      }
+    }
     if (call.id.empty()) call.id = "call_" + std::to_string(i);
     out.tool_calls.push_back(std::move(call));
   }

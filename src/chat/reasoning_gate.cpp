@@ -47,7 +47,7 @@ class ByteFedGrammar final : public Constraint, public ByteAcceptor {
 struct GateShared {
   std::string start;                // reasoning start tag ("<think>")
   std::vector<std::string> ends;    // end tags ("</think>")
-  std::vector<Token> start_tokens;  // tokens whose text begins with the start tag
+  std::vector<std::string> pieces;  // every token's text (for the undecided state's mask)
   TokenPieceFn piece;
 };
 
@@ -73,8 +73,17 @@ class ReasoningGate final : public Constraint {
       if (n_vocab % 32 != 0) words[n_words - 1] = (1u << (n_vocab % 32)) - 1u;
       return;
     }
-    inner_->fill_next_token_bitmask(words);
-    for (Token t : shared_->start_tokens) bitmask_set(words, t);
+    // Undecided: what the inner constraint allows (while it has seen every token), and any
+    // token that keeps the answer on the way into the start tag.
+    if (inner_alive_) {
+      inner_->fill_next_token_bitmask(words);
+    } else {
+      std::memset(words, 0, n_words * sizeof(uint32_t));
+    }
+    for (size_t t = 0; t < shared_->pieces.size(); ++t) {
+      const std::string& piece = shared_->pieces[t];
+      if (!piece.empty() && tag_consistent(piece)) bitmask_set(words, static_cast<Token>(t));
+    }
   }
 
   bool accept_token(Token t) override {
@@ -87,16 +96,32 @@ class ReasoningGate final : public Constraint {
     }
     std::string piece;
     shared_->piece(t, piece);
+    rec.prefix_size = prefix_.size();
+    rec.inner_alive = inner_alive_;
     if (state_ == State::undecided) {
-      if (piece.compare(0, shared_->start.size(), shared_->start) != 0) {
-        if (!inner_->accept_token(t)) return false;
+      const bool on_tag = !piece.empty() && tag_consistent(piece);
+      const bool inner_ok = inner_alive_ && inner_->accept_token(t);
+      if (!on_tag) {
+        if (!inner_ok) return false;
         state_ = State::open;
         rec.kind = Kind::inner;
         history_.push_back(rec);
         return true;
       }
+      rec.kind = inner_ok ? Kind::inner : Kind::gate;
+      inner_alive_ = inner_ok;
+      prefix_ += piece;
+      undecided_tokens_.push_back(t);
+      if (prefix_.size() < shared_->start.size()) {
+        history_.push_back(rec);
+        return true;
+      }
+      // The start tag is complete: reasoning from here (the inner constraint starts over
+      // after its end).
+      piece = prefix_.substr(shared_->start.size());
       state_ = State::thinking;
-      piece.erase(0, shared_->start.size());
+      rec.kind = Kind::entered;
+      inner_->reset();
     }
     const size_t old = thinking_.size();
     thinking_ += piece;
@@ -131,8 +156,20 @@ class ReasoningGate final : public Constraint {
       history_.pop_back();
       if (rec.kind == Kind::inner) inner_->rollback(1);
       if (rec.kind == Kind::opened) inner_->reset();
+      if (rec.kind == Kind::entered || rec.state == State::undecided) {
+        if (!undecided_tokens_.empty() && rec.state == State::undecided &&
+            rec.kind != Kind::entered && prefix_.size() > rec.prefix_size) {
+          undecided_tokens_.pop_back();
+        }
+        if (rec.kind == Kind::entered) {
+          undecided_tokens_.pop_back();
+          replay_inner(rec.prefix_size);
+        }
+      }
       state_ = rec.state;
       thinking_.resize(rec.thinking_size);
+      prefix_.resize(rec.prefix_size);
+      inner_alive_ = rec.inner_alive;
     }
     return true;
   }
@@ -142,6 +179,9 @@ class ReasoningGate final : public Constraint {
     g->state_ = state_;
     g->thinking_ = thinking_;
     g->history_ = history_;
+    g->prefix_ = prefix_;
+    g->inner_alive_ = inner_alive_;
+    g->undecided_tokens_ = undecided_tokens_;
     return g;
   }
 
@@ -150,6 +190,9 @@ class ReasoningGate final : public Constraint {
     state_ = initial_;
     thinking_.clear();
     history_.clear();
+    prefix_.clear();
+    inner_alive_ = true;
+    undecided_tokens_.clear();
   }
 
   bool is_completed() const override { return state_ == State::open && inner_->is_completed(); }
@@ -162,17 +205,37 @@ class ReasoningGate final : public Constraint {
   }
 
  private:
-  enum class Kind { gate, inner, opened };
+  enum class Kind { gate, inner, opened, entered };
   struct Record {
     State state;
     size_t thinking_size;
     Kind kind;
+    size_t prefix_size = 0;
+    bool inner_alive = true;
   };
+  // Whether `piece` after prefix_ stays on the start tag (a prefix of it, or past it).
+  bool tag_consistent(const std::string& piece) const {
+    const std::string& start = shared_->start;
+    const std::string s = prefix_ + piece;
+    const size_t n = std::min(s.size(), start.size());
+    return s.compare(0, n, start, 0, n) == 0;
+  }
+  // Back into the undecided state: the inner constraint sees again the tokens it had
+  // accepted before the start tag was complete.
+  void replay_inner(size_t) {
+    inner_->reset();
+    for (Token t : undecided_tokens_) {
+      if (!inner_->accept_token(t)) break;
+    }
+  }
   std::unique_ptr<Constraint> inner_;
   std::shared_ptr<const GateShared> shared_;
   State initial_;
   State state_;
-  std::string thinking_;  // reasoning text seen so far (without the start tag)
+  std::string thinking_;     // reasoning text seen so far (without the start tag)
+  std::string prefix_;       // undecided: the answer so far, a proper prefix of the start tag
+  bool inner_alive_ = true;  // undecided: the inner constraint accepted every token so far
+  std::vector<Token> undecided_tokens_;  // undecided: those tokens
   std::vector<Record> history_;
 };
 
@@ -202,14 +265,8 @@ std::unique_ptr<Constraint> make_constraint(const llama_vocab* vocab, const Prom
   shared->piece = piece;
   if (!shared->start.empty() && !prompt.thinking_open) {
     const int32_t n = llama_vocab_n_tokens(vocab);
-    std::string buf;
-    for (Token t = 0; t < n; ++t) {
-      buf.clear();
-      piece(t, buf);
-      if (buf.compare(0, shared->start.size(), shared->start) == 0) {
-        shared->start_tokens.push_back(t);
-      }
-    }
+    shared->pieces.resize(static_cast<size_t>(n));
+    for (Token t = 0; t < n; ++t) piece(t, shared->pieces[static_cast<size_t>(t)]);
   }
   const auto initial =
       prompt.thinking_open ? ReasoningGate::State::thinking : ReasoningGate::State::undecided;

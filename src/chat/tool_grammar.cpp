@@ -130,9 +130,14 @@ std::string arena_to_gbnf(const std::string& serialized_arena,
   };
   arena.build_grammar(builder, lazy);
 
-  // One call only: the trigger rule of one call section, not its repetitions.
-  if (single_call && lazy && index.count("tool-call") != 0 && index.count("root") != 0) {
-    rules[index["root"]].second = "tool-call";
+  // Formats whose calls are repeated call sections ("tool-calls ::= (tool-call? space)+", a
+  // repetition that may match nothing): one call section, or several separated by
+  // whitespace, each a real call.
+  if (lazy && index.count("tool-call") != 0 && index.count("root") != 0 &&
+      index.count("tool-calls") != 0 &&
+      rules[index["tool-calls"]].second == "(tool-call? space)+") {
+    rules[index["tool-calls"]].second = "tool-call (space tool-call)*";
+    rules[index["root"]].second = single_call ? "tool-call" : "tool-calls";
   }
   std::string out;
   bool has_root = false;
@@ -141,8 +146,9 @@ std::string arena_to_gbnf(const std::string& serialized_arena,
     out += name + " ::= " + (rhs.empty() ? std::string("\"\"") : rhs) + "\n";
   }
   if (!has_root) throw ChatError("the chat format's parser has no tool-call rule");
-  // The parser's `space` (any whitespace) as a bounded run.
-  if (index.find("space") == index.end()) out += "space ::= [ \\t\\n]{0,20}\n";
+  // The parser's `space` (any whitespace) as at most one space or newline: a subset of
+  // what the parser accepts, and no room for a model to wander in whitespace.
+  if (index.find("space") == index.end()) out += "space ::= (\" \" | \"\\n\")?\n";
   return out + extra;
 }
 

@@ -13,9 +13,9 @@ namespace lacuna::chat::detail {
 // "root"; otherwise the whole parser. `schemas` maps the names the parser gives its schema
 // nodes ("tool-NAME-schema", "tool-NAME-arg-PARAM-schema", "response-format-schema") to
 // JSON Schema text. Throws ChatError for a schema node without an entry, and lacuna's
-// SchemaError (with its JSON pointer) for a schema lacuna refuses. single_call: the root is
-// the parser's "tool-call" trigger rule alone (one call section, built by llama.cpp for
-// parallel_tool_calls = false), not the repeated "tool-calls" that some formats add.
+// SchemaError (with its JSON pointer) for a schema lacuna refuses. single_call: where the
+// format repeats call sections ("tool-calls ::= (tool-call? space)+"), the root is one
+// "tool-call" section; otherwise one or more of them.
 std::string arena_to_gbnf(const std::string& serialized_arena,
                           const std::map<std::string, std::string>& schemas, bool lazy,
                           bool single_call);

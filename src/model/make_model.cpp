@@ -273,6 +273,43 @@ std::string default_vocab_dir() {
   return src.empty() ? std::string() : src + "/models";
 }
 
+namespace {
+
+// The Jinja source of a chat template option: "" (the preset's name), "none", a name of
+// <vocab_dir>/templates/, or a file.
+std::string chat_template_source(const std::string& option, const ModelPreset& preset,
+                                 const std::string& vocab_dir) {
+  namespace fs = std::filesystem;
+  const std::string what = option.empty() ? preset.chat_template : option;
+  if (what.empty() || what == "none") return {};
+  std::string path = vocab_dir + "/templates/" + what + ".jinja";
+  if (what.find('/') != std::string::npos || !fs::is_regular_file(path)) path = what;
+  std::FILE* f = fs::is_regular_file(path) ? std::fopen(path.c_str(), "rb") : nullptr;
+  if (f == nullptr) {
+    throw std::invalid_argument("unknown chat template '" + what + "': neither a file nor " +
+                                vocab_dir + "/templates/" + what + ".jinja");
+  }
+  std::string src;
+  char buf[65536];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) src.append(buf, n);
+  std::fclose(f);
+  return src;
+}
+
+// The tokenizer.chat_template of a GGUF file ("" when it has none or cannot be read).
+std::string file_chat_template(const std::string& path) {
+  gguf_init_params gp{};
+  gp.no_alloc = true;
+  GgufPtr g(gguf_init_from_file(path.c_str(), gp));
+  if (!g) return {};
+  const int64_t id = gguf_find_key(g.get(), "tokenizer.chat_template");
+  if (id < 0 || gguf_get_kv_type(g.get(), id) != GGUF_TYPE_STRING) return {};
+  return gguf_get_val_str(g.get(), id);
+}
+
+}  // namespace
+
 MakeModelResult make_model(const MakeModelOptions& opt) {
   namespace fs = std::filesystem;
   const auto t0 = std::chrono::steady_clock::now();
@@ -288,13 +325,17 @@ MakeModelResult make_model(const MakeModelOptions& opt) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
 
+  const std::string vocab_dir = opt.vocab_dir.empty() ? default_vocab_dir() : opt.vocab_dir;
+  const std::string chat_template = chat_template_source(opt.chat_template, preset, vocab_dir);
+
   if (opt.skip_existing && fs::exists(opt.out_path)) {
     // "Loads" is checked structurally (complete, well-formed GGUF of this preset) rather
     // than with a full llama.cpp load, which costs a second for the large BPE vocabularies.
     try {
       const GgufInfo existing = inspect_gguf(opt.out_path);
       if (existing.name == model_name && existing.architecture == preset.arch &&
-          existing.file_type == file_type(wtype)) {
+          existing.file_type == file_type(wtype) &&
+          (chat_template.empty() || file_chat_template(opt.out_path) == chat_template)) {
         result.skipped = true;
         result.bytes = existing.file_size;
         result.seconds = elapsed();
@@ -308,7 +349,6 @@ MakeModelResult make_model(const MakeModelOptions& opt) {
   }
 
   // The tokenizer.
-  const std::string vocab_dir = opt.vocab_dir.empty() ? default_vocab_dir() : opt.vocab_dir;
   const std::string vocab_path = vocab_dir + "/ggml-vocab-" + preset.vocab + ".gguf";
   if (vocab_dir.empty() || !fs::is_regular_file(vocab_path)) {
     throw std::invalid_argument("tokenizer file '" + vocab_path +
@@ -358,6 +398,7 @@ MakeModelResult make_model(const MakeModelOptions& opt) {
       copy_key(g, vocab.get(), i);
     }
   }
+  if (!chat_template.empty()) gguf_set_val_str(g, "tokenizer.chat_template", chat_template.c_str());
 
   // Tensor infos.
   const std::vector<TensorSpec> specs = tensor_specs(preset, n_vocab);

@@ -43,6 +43,7 @@ std::vector<ModelPreset> build_presets() {
     p.n_ctx_train = 8192;
     p.rope_freq_base = 500000.0f;
     p.rms_eps = 1e-5f;
+    p.chat_template = "meta-llama-Llama-3.1-8B-Instruct";
     all.push_back(p);
   }
   {
@@ -60,6 +61,29 @@ std::vector<ModelPreset> build_presets() {
     p.rope_freq_base = 1000000.0f;
     p.rms_eps = 1e-6f;
     p.attn_bias = true;
+    p.chat_template = "Qwen-Qwen2.5-7B-Instruct";
+    all.push_back(p);
+    // The same shape and weights with a thinking template (<think> ... </think>).
+    p.name = "tiny-qwen3";
+    p.description = "tiny-qwen2 with Qwen3's thinking chat template";
+    p.chat_template = "Qwen-Qwen3-0.6B";
+    all.push_back(p);
+  }
+  {
+    ModelPreset p;
+    p.name = "tiny-gemma4";
+    p.description = "llama arch, gemma-4 vocab (262144 tokens, tool/thinking tokens), 64 x 2";
+    p.arch = "llama";
+    p.vocab = "gemma-4";
+    p.n_embd = 64;
+    p.n_layer = 2;
+    p.n_ff = 128;
+    p.n_head = 4;
+    p.n_head_kv = 2;
+    p.n_ctx_train = 8192;
+    p.rope_freq_base = 10000.0f;
+    p.rms_eps = 1e-6f;
+    p.chat_template = "google-gemma-4-31B-it";
     all.push_back(p);
   }
   {

@@ -24,6 +24,9 @@ LACUNA_COMMAND(cmd_make_model, "make-model",
   app.add_option(
       "--vocab-dir", opt.vocab_dir,
       "directory holding ggml-vocab-*.gguf (default: " + lacuna::default_vocab_dir() + ")");
+  app.add_option("--chat-template", opt.chat_template,
+                 "chat template: NAME of llama.cpp's models/templates/ (without .jinja), a "
+                 "Jinja FILE, or none (default: the preset's)");
   app.add_flag("--skip-existing", opt.skip_existing,
                "do nothing when the output exists and loads as this preset");
   app.add_flag("--list", list, "list the presets and exit");

@@ -1,0 +1,278 @@
+// test_chat_tools.cpp — tool calls valid by construction: generations on the tiny models with
+// their real chat templates (Qwen 2.5's <tool_call> JSON, Llama 3.1's bare JSON) always give
+// calls that parse and match the declared schemas; tool_choice and parallel_tool_calls are
+// obeyed; nothing is constrained inside <think>.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "lacuna/chat.h"
+#include "lacuna/generator.h"
+#include "lacuna/model.h"
+#include "test_models.h"
+
+namespace {
+
+using nlohmann::json;
+namespace chat = lacuna::chat;
+
+// Tool i of a family of small, bounded schemas (so random weights finish a call quickly).
+json tool_json(int i) {
+  json props = json::object();
+  props["city"] = {{"type", "string"}, {"maxLength", 6}};
+  if (i % 3 == 1) props["days"] = {{"type", "integer"}, {"minimum", 1}, {"maximum", 9}};
+  if (i % 3 == 2) props["unit"] = {{"enum", {"c", "f"}}};
+  if (i % 2 == 1) props["exact"] = {{"type", "boolean"}};
+  json req = json::array({"city"});
+  if (i % 3 == 2) req.push_back("unit");
+  return {{"type", "function"},
+          {"function",
+           {{"name", "tool_" + std::to_string(i)},
+            {"description", "tool number " + std::to_string(i)},
+            {"parameters",
+             {{"type", "object"},
+              {"properties", props},
+              {"required", req},
+              {"additionalProperties", false}}}}}};
+}
+
+std::vector<chat::Tool> tools(int n) {
+  json arr = json::array();
+  for (int i = 0; i < n; ++i) arr.push_back(tool_json(i));
+  return chat::tools_from_json(arr.dump());
+}
+
+// An independent check of the arguments against tool_json(i)'s schema.
+void expect_valid_call(const chat::ToolCall& call, int n_tools) {
+  int idx = -1;
+  for (int i = 0; i < n_tools; ++i) {
+    if (call.name == "tool_" + std::to_string(i)) idx = i;
+  }
+  ASSERT_GE(idx, 0) << "undeclared tool " << call.name;
+  const json schema = tool_json(idx)["function"]["parameters"];
+  const json args = json::parse(call.arguments, nullptr, false);
+  ASSERT_TRUE(args.is_object()) << call.arguments;
+  for (const auto& r : schema["required"]) EXPECT_TRUE(args.contains(r)) << call.arguments;
+  for (const auto& [k, v] : args.items()) {
+    ASSERT_TRUE(schema["properties"].contains(k)) << "extra property " << k;
+    const json& p = schema["properties"][k];
+    if (p.contains("enum")) {
+      EXPECT_NE(std::find(p["enum"].begin(), p["enum"].end(), v), p["enum"].end()) << v;
+    } else if (p["type"] == "string") {
+      ASSERT_TRUE(v.is_string()) << call.arguments;
+      size_t code_points = 0;
+      for (unsigned char ch : v.get<std::string>()) code_points += (ch & 0xC0) != 0x80;
+      EXPECT_LE(code_points, 6u) << v;
+    } else if (p["type"] == "integer") {
+      ASSERT_TRUE(v.is_number_integer()) << call.arguments;
+      EXPECT_GE(v.get<int>(), 1);
+      EXPECT_LE(v.get<int>(), 9);
+    } else if (p["type"] == "boolean") {
+      EXPECT_TRUE(v.is_boolean()) << call.arguments;
+    }
+  }
+}
+
+struct Loaded {
+  lacuna::Model model;
+  lacuna::Context ctx;
+  chat::Template tmpl;
+};
+
+Loaded load(const std::string& preset) {
+  lacuna::Model m = lacuna::Model::load(lacuna::testing::ensure_test_model(preset));
+  lacuna::ContextParams cp;
+  cp.n_ctx = 4096;
+  cp.n_batch = 2048;
+  cp.n_ubatch = 2048;
+  cp.n_threads = 1;
+  cp.n_threads_batch = 1;
+  lacuna::Context c = lacuna::Context::create(m, cp);
+  chat::Template t = chat::Template::for_model(m.get());
+  return {std::move(m), std::move(c), std::move(t)};
+}
+
+chat::Request request(int n_tools, const std::string& choice, bool parallel) {
+  chat::Request r;
+  r.messages = chat::messages_from_json(
+      R"([{"role": "user", "content": "Use a tool for the weather in Paris."}])");
+  r.tools = tools(n_tools);
+  r.tool_choice = chat::ToolChoice::parse(choice);
+  r.parallel_tool_calls = parallel;
+  r.now_unix = 1721001600;
+  return r;
+}
+
+// Generates one answer; returns the raw text. complete: whether the answer ended before the
+// token budget (a random model allowed several calls may go on calling).
+std::string generate(Loaded& L, const chat::Prompt& p, float temp, uint32_t seed, bool* complete) {
+  llama_memory_clear(llama_get_memory(L.ctx.get()), true);
+  lacuna::GeneratorConfig cfg;
+  cfg.temp = temp;
+  cfg.seed = seed;
+  cfg.max_tokens = 160;
+  cfg.stop_strings = p.stops;
+  lacuna::Generator gen(L.ctx.get(), cfg, chat::make_constraint(L.model.vocab_ptr(), p));
+  const std::vector<lacuna::Token> toks = chat::tokenize_prompt(L.model.vocab_ptr(), p.text);
+  gen.prefill(toks);
+  const lacuna::StopReason why = gen.generate();
+  *complete = why != lacuna::StopReason::max_tokens;
+  EXPECT_NE(why, lacuna::StopReason::constraint_dead_end) << gen.text();
+  return gen.text();
+}
+
+void run_calls(const std::string& preset) {
+  Loaded L = load(preset);
+  for (int n_tools : {1, 3, 10}) {
+    for (const std::string choice : {"required", "tool_2"}) {
+      if (choice == "tool_2" && n_tools < 3) continue;
+      for (bool parallel : {false, true}) {
+        const chat::Prompt p = L.tmpl.apply(request(n_tools, choice, parallel));
+        ASSERT_TRUE(p.constraint_error.empty()) << p.constraint_error;
+        for (int s = 0; s < 3; ++s) {
+          SCOPED_TRACE(preset + " tools " + std::to_string(n_tools) + " " + choice +
+                       (parallel ? " parallel" : " single") + " seed " + std::to_string(s));
+          bool complete = false;
+          const std::string out = generate(L, p, s == 0 ? 0.0f : 1.0f, 17u + s, &complete);
+          // One call always ends within the budget; several may not (then the last one is
+          // cut and the others are checked).
+          if (!parallel) {
+            EXPECT_TRUE(complete) << out;
+          }
+          chat::Message m;
+          ASSERT_NO_THROW(m = chat::parse(p, out, !complete)) << out;
+          if (!complete && !m.tool_calls.empty()) m.tool_calls.pop_back();
+          if (complete) {
+            ASSERT_FALSE(m.tool_calls.empty()) << out;
+          }
+          if (!parallel) {
+            EXPECT_EQ(m.tool_calls.size(), 1u) << out;
+          }
+          for (const chat::ToolCall& c : m.tool_calls) {
+            expect_valid_call(c, n_tools);
+            if (choice == "tool_2") {
+              EXPECT_EQ(c.name, "tool_2") << out;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ChatTools, QwenToolCallFormatAlwaysGivesValidCalls) {
+  run_calls("tiny-qwen2");
+}
+TEST(ChatTools, Llama31FormatAlwaysGivesValidCalls) {
+  run_calls("tiny-llama3");
+}
+
+TEST(ChatTools, AutoLeavesTextFreeUntilTheTrigger) {
+  Loaded L = load("tiny-qwen2");
+  const chat::Prompt p = L.tmpl.apply(request(3, "auto", false));
+  ASSERT_FALSE(p.triggers.empty());
+  auto c = chat::make_constraint(L.model.vocab_ptr(), p);
+  ASSERT_NE(c, nullptr);
+  std::vector<uint32_t> mask(lacuna::bitmask_words(c->n_vocab()));
+  c->fill_next_token_bitmask(mask.data());
+  size_t allowed = 0;
+  for (size_t t = 0; t < c->n_vocab(); ++t) allowed += lacuna::bitmask_test(mask.data(), t);
+  EXPECT_EQ(allowed, c->n_vocab());
+  // After the trigger text the call syntax is enforced: a name that is not declared fails.
+  const auto feed = [&](const std::string& text) {
+    for (lacuna::Token t : chat::tokenize_prompt(L.model.vocab_ptr(), text)) {
+      if (!c->accept_token(t)) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(feed("Sure. <tool_call>\n{\"name\": \"tool_"));
+  EXPECT_FALSE(feed("9"));
+  EXPECT_TRUE(feed("1\""));
+}
+
+TEST(ChatTools, NoneParsesToolCallTextAsContent) {
+  Loaded L = load("tiny-qwen2");
+  const chat::Prompt p = L.tmpl.apply(request(3, "none", false));
+  EXPECT_EQ(chat::make_constraint(L.model.vocab_ptr(), p), nullptr);
+  const chat::Message m =
+      chat::parse(p, "<tool_call>\n{\"name\": \"tool_1\", \"arguments\": {}}\n</tool_call>");
+  EXPECT_TRUE(m.tool_calls.empty());
+  EXPECT_NE(m.content.find("tool_1"), std::string::npos);
+}
+
+TEST(ChatTools, NothingIsConstrainedInsideThinking) {
+  Loaded L = load("tiny-qwen3");
+  const chat::Prompt p = L.tmpl.apply(request(3, "required", false));
+  ASSERT_EQ(p.thinking_start, "<think>");
+  auto c = chat::make_constraint(L.model.vocab_ptr(), p);
+  ASSERT_NE(c, nullptr);
+  std::vector<uint32_t> mask(lacuna::bitmask_words(c->n_vocab()));
+  const auto n_allowed = [&] {
+    c->fill_next_token_bitmask(mask.data());
+    size_t n = 0;
+    for (size_t t = 0; t < c->n_vocab(); ++t) n += lacuna::bitmask_test(mask.data(), t);
+    return n;
+  };
+  const auto feed = [&](const std::string& text) {
+    for (lacuna::Token t : chat::tokenize_prompt(L.model.vocab_ptr(), text)) {
+      if (!c->accept_token(t)) return false;
+    }
+    return true;
+  };
+  EXPECT_LT(n_allowed(), c->n_vocab());  // before <think>: a call, or the start of thinking
+  ASSERT_TRUE(feed("<think>"));
+  EXPECT_EQ(n_allowed(), c->n_vocab());
+  ASSERT_TRUE(feed("I could call tool_9 with {bad json <tool_call> here"));
+  EXPECT_EQ(n_allowed(), c->n_vocab());
+  ASSERT_TRUE(feed("</think>\n\n"));
+  EXPECT_LT(n_allowed(), c->n_vocab());  // the required call starts
+  EXPECT_FALSE(feed("plain text"));
+  // Rolling back into the reasoning frees the mask again.
+  ASSERT_TRUE(c->rollback(1));
+  while (n_allowed() != c->n_vocab() && c->rollback(1)) {
+  }
+  EXPECT_EQ(n_allowed(), c->n_vocab());
+  EXPECT_TRUE(feed("more thoughts"));
+  EXPECT_EQ(n_allowed(), c->n_vocab());
+}
+
+TEST(ChatTools, BadInputGetsClearErrors) {
+  Loaded L = load("tiny-qwen2");
+  chat::Request r = request(3, "tool_7", false);
+  try {
+    L.tmpl.apply(r);
+    FAIL() << "no error for an unknown tool";
+  } catch (const chat::ChatError& e) {
+    EXPECT_NE(std::string(e.what()).find("tool_7"), std::string::npos) << e.what();
+  }
+  r = request(1, "auto", false);
+  r.tools[0].parameters = R"({"type": "object", "properties": {"a": {"type": "strin"}}})";
+  try {
+    L.tmpl.apply(r);
+    FAIL() << "no error for a bad schema";
+  } catch (const chat::ChatError& e) {
+    EXPECT_EQ(e.pointer.rfind("/tools/0/function/parameters/properties/a", 0), 0u) << e.what();
+  }
+  EXPECT_THROW(chat::messages_from_json(R"([{"role": "robot", "content": "x"}])"), chat::ChatError);
+  try {
+    chat::messages_from_json(R"([{"role": "user", "content": "x"}, {"content": "y"}])");
+    FAIL();
+  } catch (const chat::ChatError& e) {
+    EXPECT_EQ(e.pointer, "/1") << e.what();
+  }
+  EXPECT_THROW(chat::Template::load_source("no-such-template"), chat::ChatError);
+  EXPECT_THROW(chat::Template::from_source("{% if %}"), chat::ChatError);
+  // Output that does not match the format: an error, not an abort.
+  const chat::Prompt p = L.tmpl.apply(request(3, "required", false));
+  // A cut call is never reported as a call: an error or content.
+  try {
+    EXPECT_TRUE(chat::parse(p, "<tool_call>\n{\"name\": \"tool_1\", \"argu").tool_calls.empty());
+  } catch (const chat::ChatError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not parse"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(chat::parse(p, "<tool_call>\n{\"name\": \"tool_1\", \"argu", true));
+}
+
+}  // namespace
