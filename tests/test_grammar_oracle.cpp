@@ -1,7 +1,8 @@
 // test_grammar_oracle.cpp — differential test: lacuna's token masks must equal the set of
 // tokens llama.cpp's grammar sampler leaves unmasked, at every step of random token walks
 // (with refused tokens thrown in), for every grammar in llama.cpp's grammars/ and for
-// random grammars, on the llama-bpe, llama-spm and qwen2 vocabularies.
+// random grammars, on the llama-bpe, llama-spm and qwen2 vocabularies; and the stress set of
+// bench/data/grammars on llama-bpe, qwen2 and gemma-4.
 // LACUNA_ORACLE_STEPS (default 6) sets the steps per walk; LACUNA_ORACLE_RANDOM (default 6)
 // the number of random grammars per vocabulary; LACUNA_ORACLE_TEXT_TOKENS (default 8) the
 // tokens walked in each sample document of bench/data.
@@ -513,6 +514,31 @@ char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g",
   EXPECT_GT(stats.steps, grammars.size() * 3);
 }
 
+// Bounded runs of broad classes shorter than the tokens below them (`[^\n]{0,3}`): the
+// walk takes the tokens between the class's exits and the nodes one past the run's depth
+// at once, and goes on only at those nodes. Whole-stack contexts where the run may end
+// after any code point (nothing lies past them), contexts whose rule returns somewhere,
+// pending prefix walks, runs that end in a class that takes a partial UTF-8 tail, and
+// bounded covers.
+TEST_P(Oracle, BoundedRunCutMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::vector<std::string> grammars = {
+      R"g(root ::= [^\n]{1,3} ("\n" [^\n]{0,4}){0,2})g",
+      R"g(root ::= "[" item ("," item)* "]"
+item ::= "\"" [^"\\]{0,5} "\"" | "(" item ")" | [^,()"\[\]]{2,6})g",
+      R"g(root ::= ([^ \n]{1,4} " "){0,3} [^ \n]{0,2} ([é-ü] | [日-本]){0,2})g",
+      R"g(root ::= "<" [^<>\n]{0,6} ">" [^<]{0,2} "<" ("a" | [^<>a]{1,3}) ">")g",
+      // Bounded covers: a context at the start of a bounded run of one class copies the
+      // class's tokens less those longer than the run (JSON Schema's maxLength strings).
+      R"g(root ::= ("\"" char{0,9} "\"" | "<" [^<>]{8,12} ">") ("," root)?
+char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g"};
+  const WalkStats stats = walk_each(fx, grammars, 3, 8, 3131);
+  std::printf("[oracle] %s bounded-run cuts: %zu steps compared\n", GetParam().c_str(),
+              stats.steps);
+  EXPECT_GT(stats.steps, grammars.size() * 4);
+}
+
 // A context whose mask hits a limit while it is computed is checked by the matcher against
 // the stack itself, in one walk of the vocabulary trie that skips the subtrees the stack
 // refuses. With max_walk_states at 1 every context takes that path: strings, escapes,
@@ -594,6 +620,75 @@ ws ::= [ ]?)g";
   std::printf("[oracle] %s shared stack checks: %zu steps compared\n", GetParam().c_str(), steps);
   EXPECT_GT(steps, texts.size() * 4);
 }
+
+// The stress set of bench/data/grammars (broad negated classes under bounded and unbounded
+// repetitions, Unicode and emoji ranges, nested optional repetitions, long alternations,
+// token references, deep recursion, the converter's shapes), on the vocabularies the
+// benchmark runs them on: each grammar's text walked token by token (masks computed on
+// first use, or all at compile time, by turns), then one random walk.
+class OracleStress : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OracleStress, StressGrammarsMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const size_t max_tokens = env_size("LACUNA_ORACLE_TEXT_TOKENS", 8);
+  const size_t steps = env_size("LACUNA_ORACLE_STEPS", 6);
+  const std::filesystem::path dir =
+      std::filesystem::path(__FILE__).parent_path().parent_path() / "bench" / "data" / "grammars";
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == ".gbnf") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  ASSERT_GE(files.size(), 12u);
+  size_t text_steps = 0, k = 0;
+  WalkStats stats;
+  for (const auto& path : files) {
+    SCOPED_TRACE(path.filename().string());
+    const std::string gbnf = read_file(path);
+    std::filesystem::path text_path = path;
+    const std::string text = read_file(text_path.replace_extension(".txt"));
+    std::vector<llama_token> toks(text.size() + 8);
+    const int32_t n = llama_tokenize(fx.vocab, text.data(), static_cast<int32_t>(text.size()),
+                                     toks.data(), static_cast<int32_t>(toks.size()), false, false);
+    ASSERT_GT(n, 0);
+    toks.resize(static_cast<size_t>(n));
+    std::string joined;
+    for (llama_token t : toks) joined += fx.index->token_bytes(t);
+    if (joined != text) toks = greedy_tokens(*fx.index, text);
+    toks.resize(std::min(toks.size(), max_tokens));
+    CompileOptions options;
+    options.eager_ms = (k++ & 1) != 0 ? -1.0 : 0.0;
+    llama_sampler* smpl = llama_sampler_init_grammar(fx.vocab, gbnf.c_str(), "root");
+    ASSERT_NE(smpl, nullptr);
+    GrammarMatcher m(CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options));
+    std::vector<uint32_t> ours(bitmask_words(fx.index->n_vocab()));
+    for (size_t i = 0; i < toks.size(); ++i) {
+      m.fill_next_token_bitmask(ours.data());
+      std::vector<uint32_t> theirs = llama_mask(smpl, fx.index->n_vocab());
+      exclude_eog_in_partial(m, *fx.index, ours, theirs);
+      ASSERT_TRUE(ours == theirs) << "step " << i;
+      ASSERT_TRUE(bitmask_test(ours.data(), toks[i])) << "the text leaves the grammar, step " << i;
+      ASSERT_TRUE(m.accept_token(toks[i])) << "step " << i;
+      llama_sampler_accept(smpl, toks[i]);
+      ++text_steps;
+    }
+    llama_sampler_free(smpl);
+    walk(fx, gbnf, steps, 7000 + k, stats);
+  }
+  std::printf("[oracle] %s stress set: %zu grammars, %zu text steps, %zu random steps compared\n",
+              GetParam().c_str(), files.size(), text_steps, stats.steps);
+  EXPECT_GT(stats.steps, files.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabs, OracleStress, ::testing::Values("llama-bpe", "qwen2", "gemma-4"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (char& c : s) {
+                             if (c == '-') c = '_';
+                           }
+                           return s;
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Vocabs, Oracle, ::testing::Values("llama-bpe", "llama-spm", "qwen2"),
                          [](const auto& info) {

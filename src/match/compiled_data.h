@@ -223,6 +223,13 @@ struct SharedMasks {
   std::unordered_map<ClassTokensKey, std::unique_ptr<const std::vector<uint32_t>>,
                      ClassTokensKeyHash>
       class_tokens;  // guarded by mu
+
+  // The trie nodes of each depth, in trie order (see depth_nodes() in compiler.cpp): where a
+  // bounded run of a class ends inside a subtree. Built once, on first use.
+  std::vector<std::vector<uint32_t>> nodes_by_depth;  // guarded by mu
+  // Every text token with its number of full code points, longest first (see
+  // tokens_by_length() in compiler.cpp): what a bounded run leaves out. Built on first use.
+  std::vector<std::pair<uint32_t, Token>> tokens_by_length;  // guarded by mu
 };
 
 // Computes context masks: the vocabulary-trie walk (compiler.cpp). Not thread-safe.

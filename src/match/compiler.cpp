@@ -340,9 +340,20 @@ class WalkStates {
   };
   static constexpr uint32_t kUnbounded = 1u << 30;
 
+  // Quiet exits: the walk has nothing past the context's end (see Classifier::quiet), so
+  // a code point after which the context may end still leads only to its successors in
+  // the context, and runs go on through such sets. Runs are memoized per mode.
+  void set_quiet(bool quiet) {
+    quiet_ = quiet;
+    runs_ = &runs_by_mode_[quiet ? 1 : 0];
+    run_state_ = &run_state_by_mode_[quiet ? 1 : 0];
+  }
+
   Run run(uint32_t set) {
     grow_runs();
-    if (run_state_[set] == 2) return runs_[set];
+    auto& runs = *runs_;
+    auto& state = *run_state_;
+    if (state[set] == 2) return runs[set];
     // Follow the chain of successors until a known depth, a break, or the cap; then fill
     // the depths backwards.
     chain_.clear();
@@ -365,21 +376,21 @@ class WalkStates {
         tail_depth = 1;
         break;
       }
-      if (run_state_[r.next] == 2) {
-        tail_depth = std::min(kUnbounded, runs_[r.next].depth + 1);
+      if (state[r.next] == 2) {
+        tail_depth = std::min(kUnbounded, runs[r.next].depth + 1);
         break;
       }
       chain_.push_back(cur);
       cur = r.next;
     }
-    runs_[cur].depth = tail_depth;
-    run_state_[cur] = 2;
+    runs[cur].depth = tail_depth;
+    state[cur] = 2;
     for (size_t i = chain_.size(); i-- > 0;) {
       const uint32_t s = chain_[i];
-      runs_[s].depth = std::min(kUnbounded, runs_[runs_[s].next].depth + 1);
-      run_state_[s] = 2;
+      runs[s].depth = std::min(kUnbounded, runs[runs[s].next].depth + 1);
+      state[s] = 2;
     }
-    return runs_[set];
+    return runs[set];
   }
 
   const uint32_t* members(uint32_t set, uint32_t* n) const {
@@ -392,8 +403,8 @@ class WalkStates {
   static constexpr size_t kMaxChain = 256;
 
   void grow_runs() {
-    runs_.resize(sets_.size());
-    run_state_.resize(sets_.size(), 0);
+    runs_->resize(sets_.size());
+    run_state_->resize(sets_.size(), 0);
   }
 
   // The class and successor of a run (depth not yet known). Successors are computed
@@ -401,7 +412,7 @@ class WalkStates {
   // grow the number of sets beyond what walks need (CompileOptions::max_walk_states).
   Run run_base(uint32_t set) {
     grow_runs();
-    if (run_state_[set] != 0) return runs_[set];
+    if ((*run_state_)[set] != 0) return (*runs_)[set];
     cands_.clear();
     int32_t cand_of[128];
     const CharSet& f = first(set);
@@ -434,15 +445,15 @@ class WalkStates {
       }
     }
     grow_runs();  // intern() may have added a set
-    runs_[set] = r;
-    run_state_[set] = 1;
+    (*runs_)[set] = r;
+    (*run_state_)[set] = 1;
     return r;
   }
 
   // The successor of `set` on cp as a candidate index into cands_ (counted), or -1 when it
   // is empty or leaves the context. Does not intern anything.
   int32_t probe(uint32_t set, uint32_t cp) {
-    if (successors(set, cp, true)) return -1;
+    if (successors(set, cp, !quiet_) && !quiet_) return -1;
     if (scratch_.empty()) return -1;
     std::sort(scratch_.begin(), scratch_.end());
     scratch_.erase(std::unique(scratch_.begin(), scratch_.end()), scratch_.end());
@@ -548,8 +559,11 @@ class WalkStates {
   std::vector<uint32_t> first_ids_;        // scratch of first()
   std::vector<RangeSet> pos_ranges_;       // per grammar character set (positive_ranges)
   std::vector<uint8_t> pos_done_;
-  std::vector<Run> runs_;
-  std::vector<uint8_t> run_state_;  // 0: unknown, 1: class and successor, 2: with depth
+  bool quiet_ = false;
+  std::vector<Run> runs_by_mode_[2];
+  std::vector<uint8_t> run_state_by_mode_[2];  // 0: unknown, 1: class and successor, 2: depth
+  std::vector<Run>* runs_ = &runs_by_mode_[0];
+  std::vector<uint8_t>* run_state_ = &run_state_by_mode_[0];
   std::vector<uint32_t> chain_;
   struct Candidate {
     std::vector<uint32_t> members;
@@ -800,7 +814,19 @@ struct Classifier {
     const WalkStates::Run r0 = states.run(set0);
     if (r0.next == 0 || printable_count(r0.ascii) < kMinExitClassPrintable) return;
     const WalkStates::Run r1 = states.run(r0.next);
-    if (r1.next != r0.next || r0.non_ascii != r1.non_ascii) return;
+    if (r0.non_ascii != r1.non_ascii) return;
+    // Not a loop: a bounded run (`char{0,100}`) whose every level takes C1 covers the tokens
+    // of C0 C1* up to its depth.
+    const bool bounded = r1.next != r0.next;
+    if (bounded) {
+      if (r0.depth == WalkStates::kUnbounded || r0.depth < kMinBoundedCover) return;
+      uint32_t s = r1.next;
+      for (uint32_t d = 2; d < r0.depth; ++d) {
+        const WalkStates::Run rs = states.run(s);
+        if (!(class_key(rs) == class_key(r1))) return;
+        s = rs.next;
+      }
+    }
     const uint64_t only1[2] = {r1.ascii[0] & ~r0.ascii[0], r1.ascii[1] & ~r0.ascii[1]};
     if ((r0.ascii[0] & ~r1.ascii[0]) != 0 || (r0.ascii[1] & ~r1.ascii[1]) != 0 ||
         __builtin_popcountll(only1[0]) + __builtin_popcountll(only1[1]) > kMaxCoverClear) {
@@ -809,6 +835,10 @@ struct Classifier {
     if (class_exits(r1) == nullptr) return;
     cover_bits = class_tokens(class_key(r1));
     if (cover_bits == nullptr) return;
+    if (bounded && !drop_longer(r0.depth)) {
+      cover_bits = nullptr;
+      return;
+    }
     cover_set = r0.next;
     cover_first = class_key(r0);
     cover_clear.clear();
@@ -818,6 +848,50 @@ struct Classifier {
       if (in_class({{only1[0], only1[1]}, false}, cp)) cover_clear.push_back(j);
     }
   }
+
+  // A bounded cover: the class tokens less those of more than max_len code points, in
+  // bounded_cover_ (cover_bits then points there). False when too many tokens are longer.
+  bool drop_longer(uint32_t max_len) {
+    const auto& by_len = tokens_by_length();
+    const auto first_short = std::lower_bound(
+        by_len.begin(), by_len.end(), max_len,
+        [](const std::pair<uint32_t, Token>& e, uint32_t n) { return e.first > n; });
+    const size_t longer = static_cast<size_t>(first_short - by_len.begin());
+    if (longer * 16 > tokens.n_vocab()) return false;
+    bounded_cover_ = *cover_bits;
+    for (auto it = by_len.begin(); it != first_short; ++it) {
+      const auto t = static_cast<uint32_t>(it->second);
+      bounded_cover_[t >> 5] &= ~(1u << (t & 31));
+    }
+    cover_bits = &bounded_cover_;
+    return true;
+  }
+  std::vector<uint32_t> bounded_cover_{};
+  static constexpr uint32_t kMinBoundedCover = 8;
+
+  // Text tokens with their number of full code points, longest first
+  // (SharedMasks::tokens_by_length), shared by every grammar of the token index.
+  const std::vector<std::pair<uint32_t, Token>>& tokens_by_length() {
+    if (by_length_ == nullptr) {
+      detail::SharedMasks& shared = tokens.shared_masks();
+      std::lock_guard<std::mutex> lock(shared.mu);
+      if (shared.tokens_by_length.empty()) {
+        std::vector<std::pair<uint32_t, Token>> v;
+        for (const auto& t : tokens.trie_tokens()) {
+          size_t n;
+          tokens.code_points(t.id, &n);
+          v.emplace_back(static_cast<uint32_t>(n), t.id);
+        }
+        std::sort(v.begin(), v.end(),
+                  [](const auto& a, const auto& b) { return a.first > b.first; });
+        shared.bytes += v.size() * sizeof(v[0]);
+        shared.tokens_by_length = std::move(v);
+      }
+      by_length_ = &shared.tokens_by_length;
+    }
+    return *by_length_;
+  }
+  const std::vector<std::pair<uint32_t, Token>>* by_length_ = nullptr;
 
   // The cover's bitmask: the class tokens less those under cover_clear.
   void cover_into(std::vector<uint32_t>& bits) const {
@@ -959,43 +1033,72 @@ struct Classifier {
   std::vector<uint64_t> exit_bits_{};
 
   // A frame c at node j with one live set (inside the context with nothing past its end,
-  // or past the end with nothing inside: `past_end`) whose run covers the subtree's
-  // height: every path below j stays in the run up to its first code point outside the
-  // run's class. The tokens before such a code point are taken at once (accepted inside
-  // the context, uncertain past its end), in ranges of trie order found from the class
-  // exits, and the walk goes on only at the exits: a few thousand nodes where a string's
-  // characters would visit every node.
+  // or past the end with nothing inside: `past_end`) whose run is of a broad class: every
+  // path below j stays in the run up to its first code point outside the run's class, or
+  // up to the run's depth when it is bounded (`x{0,12}`). The tokens before such a code
+  // point, and not deeper than the run, are taken at once (accepted inside the context,
+  // uncertain past its end), in ranges of trie order found from the class exits and the
+  // nodes one past the run's depth (its cuts), and the walk goes on only at those nodes:
+  // a few thousand where a string's characters would visit every node.
   bool skip_region(uint32_t j, const Frame& c, bool past_end) {
     // Cheap tests first: a run's class lies within what its set can consume next, and a
     // set's run is computed on first use (a step on each ASCII code point), which only a
     // large subtree pays back past the context's end, where sets are many.
     const CharSet* first = past_end ? c.ffirst : c.first;
     if (first == nullptr || printable_count(first->ascii) < kMinExitClassPrintable) return false;
-    if (past_end && tokens.trie()[j].end - j < kMinPastEndSkipNodes) return false;
+    const uint32_t n_nodes = tokens.trie()[j].end - j;
+    if (past_end && n_nodes < kMinPastEndSkipNodes) return false;
     const uint32_t set = past_end ? c.fset : c.set;
     const WalkStates::Run r = states.run(set);
     const auto& sc = tokens.subtree_chars()[j];
-    if (r.depth < sc.height) return false;
+    // A run shorter than the subtree: the nodes one past its depth are where it ends.
+    const bool cut = r.depth < sc.height;
+    if (cut && (r.depth == 0 || n_nodes < kMinCutSkipNodes)) return false;
     const std::vector<uint32_t>* exits = class_exits(r);
     if (exits == nullptr) return false;
     if (!past_end) note_run(set, sc.height);
     const auto& trie = tokens.trie();
     const auto& depth_of = tokens.node_depth();
+    const std::vector<uint32_t>* cuts = nullptr;
+    const CharSet* cut_first = nullptr;  // what the set after the run takes (null: all)
+    uint32_t cut_set = set;
+    if (cut) {
+      cuts = &depth_nodes(depth_of[j] + r.depth + 1u);
+      for (uint32_t d = 0; d < r.depth; ++d) cut_set = states.run(cut_set).next;
+      if (!c.pending || past_end) cut_first = cut_set != 0 ? &states.first(cut_set) : &kNothing;
+    }
+    // A cut node whose code point the set after the run cannot take goes nowhere.
+    auto cut_lives = [&](uint32_t b) {
+      if (cut_first == nullptr) return true;
+      const uint32_t cp = trie[b].cp;
+      return cut_first->match(cp) || (cp >= 128 && cut_set != 0 && states.uniform(cut_set));
+    };
     std::vector<Token>& out = past_end ? uncertain : accepted;
     std::vector<Token>* rest = !past_end && c.pending ? &uncertain : nullptr;
+    // A bounded cover holds the tokens between the stops too: they are no longer than its run.
     const bool cov = !past_end && covered(j, set, c.depth, c.pending);
     region_exits_.clear();
-    // Nodes [lo, hi) under a node inside the class: the tokens up to each exit, then past
-    // the exit's subtree.
+    // Nodes [lo, hi) under a node inside the class: the tokens up to each exit or cut, then
+    // past its subtree.
     auto scan = [&](uint32_t lo, uint32_t hi) {
       uint32_t cur = lo;
       auto it = exits->begin();
+      std::vector<uint32_t>::const_iterator ct;
+      if (cuts != nullptr) ct = cuts->begin();
       while (cur < hi) {
         it = std::lower_bound(it, exits->end(), cur);
-        const uint32_t b = it != exits->end() && *it < hi ? *it : hi;
+        uint32_t b = it != exits->end() && *it < hi ? *it : hi;
+        bool is_cut = false;
+        if (cuts != nullptr) {
+          ct = std::lower_bound(ct, cuts->end(), cur);
+          if (ct != cuts->end() && *ct < b) {
+            b = *ct;
+            is_cut = true;
+          }
+        }
         take_in_run(trie[cur].tok_begin, tok_begin_of(b), set, c.depth, out, rest, cov);
         if (b == hi) break;
-        region_exits_.push_back(b);
+        if (!is_cut || cut_lives(b)) region_exits_.push_back(b);
         cur = trie[b].end;
       }
     };
@@ -1032,6 +1135,32 @@ struct Classifier {
     }
     return true;
   }
+  // Below this many nodes a walk through a bounded run costs less than finding its cuts.
+  static constexpr uint32_t kMinCutSkipNodes = 64;
+  inline static const CharSet kNothing{};
+
+  // The trie nodes at depth d in trie order (SharedMasks::nodes_by_depth), shared by every
+  // grammar of the token index.
+  const std::vector<uint32_t>& depth_nodes(uint32_t d) {
+    if (by_depth_ == nullptr) {
+      detail::SharedMasks& shared = tokens.shared_masks();
+      std::lock_guard<std::mutex> lock(shared.mu);
+      if (shared.nodes_by_depth.empty()) {
+        const auto& depth_of = tokens.node_depth();
+        std::vector<std::vector<uint32_t>> by(1);
+        for (uint32_t n = 1; n < depth_of.size(); ++n) {
+          if (by.size() <= depth_of[n]) by.resize(depth_of[n] + 1u);
+          by[depth_of[n]].push_back(n);
+        }
+        shared.bytes += depth_of.size() * 4;
+        shared.nodes_by_depth = std::move(by);
+      }
+      by_depth_ = &shared.nodes_by_depth;
+    }
+    static const std::vector<uint32_t> none;
+    return d < by_depth_->size() ? (*by_depth_)[d] : none;
+  }
+  const std::vector<std::vector<uint32_t>>* by_depth_ = nullptr;
   static constexpr uint32_t kNoFrame = 0xFFFFFFFFu;
   std::vector<uint32_t> region_exits_{}, run_frames_{};
 
@@ -1191,7 +1320,12 @@ struct Classifier {
       // The subtree taken at once: inside the context only (a pending walk still accepts
       // what the context takes), past its end only, or every token below uncertain when
       // nothing below can stay in the context.
-      bool taken = (c.set != 0 && !c.exited && c.fset == 0 && !c.fexited &&
+      // With nothing past the context's end (a whole stack, or a chain whose rule returns
+      // nowhere), ending it there only accepts the tokens that end at this node: the tokens
+      // below are taken at once all the same (one with a partial UTF-8 tail is then refused
+      // where the context cannot take it: the empty stack takes none).
+      const bool quiet_exit = !c.exited || quiet();
+      bool taken = (c.set != 0 && quiet_exit && c.fset == 0 && !c.fexited &&
                     (bulk_accept(j, c.set, c.depth, c.pending) || skip_region(j, c, false))) ||
                    (c.set == 0 && !c.exited && c.fset != 0 && !c.fexited && !c.pending &&
                     skip_region(j, c, true));
@@ -1212,9 +1346,15 @@ struct Classifier {
     }
   }
 
+  // Nothing lies past the context's end (a whole stack, or a chain whose rule returns
+  // nowhere), and leaving it does not make longer tokens uncertain: ending the context only
+  // accepts the tokens that end there (WalkStates::set_quiet).
+  bool quiet() const { return after_end == 0 && !exit_any; }
+
   void classify_context(uint32_t chain) {
     accepted.clear();
     uncertain.clear();
+    states.set_quiet(quiet());
     std::vector<uint32_t> m{chain};
     const uint32_t set0 = states.intern(m);
     const auto& trie = tokens.trie();
