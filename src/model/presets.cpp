@@ -1,4 +1,5 @@
 // presets.cpp — the named model shapes `lacuna make-model` can write.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -45,6 +46,15 @@ std::vector<ModelPreset> build_presets() {
     p.rms_eps = 1e-5f;
     p.chat_template = "meta-llama-Llama-3.1-8B-Instruct";
     all.push_back(p);
+    // The same shape around the large gemma-4 vocabulary, with its own tool and thinking
+    // tokens and template.
+    p.name = "tiny-gemma4";
+    p.description = "llama arch, gemma-4 vocab (262144 tokens, tool/thinking tokens), 64 x 2";
+    p.vocab = "gemma-4";
+    p.rope_freq_base = 10000.0f;
+    p.rms_eps = 1e-6f;
+    p.chat_template = "google-gemma-4-31B-it";
+    all.push_back(p);
   }
   {
     ModelPreset p;
@@ -71,23 +81,6 @@ std::vector<ModelPreset> build_presets() {
   }
   {
     ModelPreset p;
-    p.name = "tiny-gemma4";
-    p.description = "llama arch, gemma-4 vocab (262144 tokens, tool/thinking tokens), 64 x 2";
-    p.arch = "llama";
-    p.vocab = "gemma-4";
-    p.n_embd = 64;
-    p.n_layer = 2;
-    p.n_ff = 128;
-    p.n_head = 4;
-    p.n_head_kv = 2;
-    p.n_ctx_train = 8192;
-    p.rope_freq_base = 10000.0f;
-    p.rms_eps = 1e-6f;
-    p.chat_template = "google-gemma-4-31B-it";
-    all.push_back(p);
-  }
-  {
-    ModelPreset p;
     p.name = "tiny-spm";
     p.description = "llama arch, llama-spm vocab (32000 tokens, byte fallback), 64 x 2 layers";
     p.arch = "llama";
@@ -102,6 +95,8 @@ std::vector<ModelPreset> build_presets() {
     p.rms_eps = 1e-5f;
     all.push_back(p);
   }
+  std::sort(all.begin(), all.end(),
+            [](const ModelPreset& a, const ModelPreset& b) { return a.name < b.name; });
   return all;
 }
 
