@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "lacuna/generator.h"
+#include "runtime/decode_parts.h"
 
 namespace lacuna {
 
@@ -223,28 +224,26 @@ DecodeCost measure_decode_cost(llama_context* ctx, llama_seq_id seq, std::span<c
   const llama_vocab* vocab = llama_model_get_vocab(llama_get_model(ctx));
   const int32_t n_vocab = llama_vocab_n_tokens(vocab);
 
+  // Through the runtime's decode path, as the generator's passes run (docs/runtime.md).
   llama_batch batch = llama_batch_init(static_cast<int32_t>(n_max), 0, 1);
   std::vector<double> ms(sizes.size(), 0.0);
   // samples[s][r]; the sizes take turns within each repetition, so that a change of machine
   // load falls on all of them alike.
   std::vector<std::vector<double>> samples(sizes.size(),
                                            std::vector<double>(static_cast<size_t>(reps)));
+  std::vector<Token> tokens(n_max);
+  for (size_t i = 0; i < n_max; ++i) {
+    tokens[i] = static_cast<Token>((1000 + 7 * i) % static_cast<size_t>(n_vocab));
+  }
   try {
     for (int r = 0; r < reps; ++r) {
       for (size_t s = 0; s < sizes.size(); ++s) {
-        batch.n_tokens = 0;
-        for (size_t i = 0; i < sizes[s]; ++i) {
-          const int32_t k = batch.n_tokens++;
-          batch.token[k] = static_cast<Token>((1000 + 7 * i) % static_cast<size_t>(n_vocab));
-          batch.pos[k] = start + static_cast<llama_pos>(i);
-          batch.n_seq_id[k] = 1;
-          batch.seq_id[k][0] = seq;
-          batch.logits[k] = all_logits || i + 1 == sizes[s] ? 1 : 0;
-        }
-        const auto t0 = Clock::now();
-        const int32_t rc = llama_decode(ctx, batch);
-        samples[s][static_cast<size_t>(r)] =
-            std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        runtime::Part part{seq, start, std::span<const Token>(tokens).first(sizes[s]),
+                           all_logits ? sizes[s] : 1};
+        runtime::DecodeCounters counters;
+        const int32_t rc = runtime::decode_parts(ctx, batch, static_cast<int32_t>(n_max),
+                                                 std::span<runtime::Part>(&part, 1), {}, &counters);
+        samples[s][static_cast<size_t>(r)] = counters.ms;
         llama_memory_seq_rm(mem, seq, start, -1);
         if (rc != 0)
           throw std::runtime_error("measure_decode_cost: llama_decode failed (status " +
@@ -272,17 +271,14 @@ double measure_decode_no_logits_ms(llama_context* ctx, llama_seq_id seq, int rep
   if (static_cast<size_t>(start) + 1 >= llama_n_ctx(ctx))
     throw std::invalid_argument("measure_decode_no_logits_ms: no room in the context");
   llama_batch batch = llama_batch_init(1, 0, 1);
-  batch.n_tokens = 1;
-  batch.token[0] = 1000 % llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx)));
-  batch.pos[0] = start;
-  batch.n_seq_id[0] = 1;
-  batch.seq_id[0][0] = seq;
-  batch.logits[0] = 0;
+  const Token token = 1000 % llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx)));
   std::vector<double> samples;
   for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    const int32_t rc = llama_decode(ctx, batch);
-    samples.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    runtime::Part part{seq, start, std::span<const Token>(&token, 1), 0};
+    runtime::DecodeCounters counters;
+    const int32_t rc =
+        runtime::decode_parts(ctx, batch, 1, std::span<runtime::Part>(&part, 1), {}, &counters);
+    samples.push_back(counters.ms);
     llama_memory_seq_rm(mem, seq, start, -1);
     if (rc != 0) {
       llama_batch_free(batch);
