@@ -188,6 +188,7 @@ export class Branch implements AsyncIterable<Step> {
   setJsonSchema(schema: string | object, options?: { compact?: boolean; triggers?: string[] }): void;
   setTokenTrie(payload: string | object): void;
   clearConstraint(): void;
+  /** Fields left out take the defaults (temperature 0, topK 40, topP 0.95, minP 0.05, seed 0). */
   setSampler(params?: SamplerParams): void;
   reseed(seed: number): void;
   /** [[token, bias], ...] or a Map; empty clears. */

@@ -47,6 +47,10 @@ test('bad input throws LacunaError and everything stays usable', () => {
   throwsStatus(() => ctx.createBranch(), 'LACUNA_ERR_LIMIT');
   throwsStatus(() => a.fork(), 'LACUNA_ERR_LIMIT');
   for (const m of more) m.free();
+  const two = smallContext({ nBranches: 2 });
+  two.createBranch();
+  two.createBranch();
+  throwsStatus(() => two.createBranch(), 'LACUNA_ERR_LIMIT');
   assert.equal(ctx.store.available(), 6);
 
   // Bad constraints, calls in the wrong state, missing files.

@@ -1,7 +1,10 @@
 // tree.test.mjs — a tree of forks pruned back: a parent with live children refuses, prune,
-// pruneSubtree, retainOnly, free(); a pruned branch throws on use; the rest goes on.
+// pruneSubtree, retainOnly, free(); a pruned branch throws on use; the rest goes on. Handles
+// dropped by JS are released by the garbage collector, a parent only after its forks.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 
 import { LacunaError } from '../index.js';
 import { PROMPT, drain, smallContext } from './helpers.mjs';
@@ -54,4 +57,32 @@ test('a tree of forks pruned back', () => {
   assert.equal(ctx.store.available(), 8 - 1);
   b.prefillText(' and then', { addSpecial: false });
   assert.equal(drain(b).length, 4);
+});
+
+test('dropped handles are released on GC; a fork keeps its parent alive', async () => {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc');
+  const collect = async () => {
+    for (let i = 0; i < 2; ++i) {
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      gc();
+    }
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  };
+  const ctx = smallContext({ nBranches: 3 });
+  const setup = () => {
+    const root = ctx.createBranch({ maxTokens: 2 });
+    root.prefillText(PROMPT);
+    ctx.createBranch(); // dropped at once
+    return { fork: root.fork() }; // the root's object is reachable only through its fork
+  };
+  const held = setup();
+  assert.equal(ctx.store.available(), 0);
+  await collect();
+  assert.equal(ctx.store.available(), 1);
+  assert.equal(held.fork.valid(), true);
+  assert.equal(drain(held.fork).length, 2);
+  held.fork = null;
+  await collect();
+  assert.equal(ctx.store.available(), 3);
 });
