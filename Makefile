@@ -33,6 +33,7 @@ demo: build
 	$(BUILD)/lacuna make-model --preset tiny-llama3 --out $(DEMO_MODEL) --skip-existing
 	$(BUILD)/lacuna run -m $(DEMO_MODEL) -p "$(DEMO_PROMPT)" -n 48 --threads 2
 	$(BUILD)/lacuna run -m $(DEMO_MODEL) -p "Call the weather tool as JSON:" --schema examples/tool_call_schema.json --schema-whitespace compact -n 128 --threads 2 --json-stats
+	$(BUILD)/lacuna chat -m $(DEMO_MODEL) --messages examples/chat_messages.json --tools examples/chat_tools.json --tool-choice required --json --threads 2
 
 # All tests: the Release suite, then the unit tests again under ASan+UBSan, the threaded
 # tests under TSan, and a short run of every fuzz target, each in its own build directory.
