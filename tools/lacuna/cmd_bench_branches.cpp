@@ -334,7 +334,8 @@ json bench_n(lacuna::runtime::Context& ctx, PlainLoop& plain, const Settings& s,
           {"ratio_batched_vs_sequential", st > 0 ? bt / st : 0.0},
           {"ratio_batched_vs_llama", pt > 0 ? bt / pt : 0.0},
           {"agreement_batched_vs_sequential", agreement(b.out, q.out)},
-          {"agreement_batched_vs_llama", agreement(b.out, p.out)}};
+          {"agreement_batched_vs_llama", agreement(b.out, p.out)},
+          {"agreement_sequential_vs_llama", agreement(q.out, p.out)}};
 }
 
 // Fork time at each prefix length (a root prefilled with `prefix` tokens, forked and the child
@@ -654,15 +655,18 @@ LACUNA_COMMAND(cmd_bench_branches, "bench-branches",
       "per branch, greedy, medians of %d reps\n",
       model_path.c_str(), model.description().c_str(), threads, llama_n_ctx(a), s.prefix, s.tokens,
       s.reps);
-  std::printf("%4s %12s %12s %7s %12s %9s %9s %9s\n", "N", "step tok/s", "seq tok/s", "ratio",
-              "llama tok/s", "vs llama", "agree seq", "agree llm");
+  // Agreement (share of equal tokens): step vs sequential, step vs llama.cpp, sequential vs
+  // llama.cpp.
+  std::printf("%4s %12s %12s %7s %12s %9s %23s\n", "N", "step tok/s", "seq tok/s", "ratio",
+              "llama tok/s", "vs llama", "agree st/sq st/ll sq/ll");
   for (const auto& r : rows) {
-    std::printf("%4zu %12.1f %12.1f %6.2fx %12.1f %8.3fx %9.3f %9.3f\n", r["n"].get<size_t>(),
-                r["batched_tok_s"].get<double>(), r["sequential_tok_s"].get<double>(),
-                r["ratio_batched_vs_sequential"].get<double>(), r["llama_tok_s"].get<double>(),
-                r["ratio_batched_vs_llama"].get<double>(),
+    std::printf("%4zu %12.1f %12.1f %6.2fx %12.1f %8.3fx %11.3f %5.3f %5.3f\n",
+                r["n"].get<size_t>(), r["batched_tok_s"].get<double>(),
+                r["sequential_tok_s"].get<double>(), r["ratio_batched_vs_sequential"].get<double>(),
+                r["llama_tok_s"].get<double>(), r["ratio_batched_vs_llama"].get<double>(),
                 r["agreement_batched_vs_sequential"].get<double>(),
-                r["agreement_batched_vs_llama"].get<double>());
+                r["agreement_batched_vs_llama"].get<double>(),
+                r["agreement_sequential_vs_llama"].get<double>());
   }
   for (const auto& f : out["fork"]) {
     std::printf(
