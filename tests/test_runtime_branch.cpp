@@ -403,6 +403,24 @@ TEST_P(Runtime, BadInputLeavesEverythingUsable) {
   EXPECT_EQ(run(b).size(), 4u);
 }
 
+// Stop strings set on a live branch end its next generation at the string.
+TEST_P(Runtime, StopStringsSetLater) {
+  Context ctx(model(), params());
+  Branch free = ctx.create_branch(greedy(24));
+  free.prefill(prompt(20, 15));
+  run(free);
+  const std::string full = free.generator().text();
+  ASSERT_GT(full.size(), 12u);
+  const std::string stop = full.substr(8, 4);
+  Branch b = ctx.create_branch(greedy(24));
+  b.set_stop_strings({stop});
+  b.prefill(prompt(20, 15));
+  run(b);
+  EXPECT_EQ(b.generator().stats().stop, lacuna::StopReason::stop_string);
+  EXPECT_EQ(b.generator().text(), full.substr(0, full.find(stop)));
+  EXPECT_THROW(b.set_stop_strings({""}), std::invalid_argument);
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyModels, Runtime,
                          ::testing::Values("tiny-llama3", "tiny-spm", "tiny-qwen2"));
 

@@ -191,6 +191,8 @@ export class Branch implements AsyncIterable<Step> {
   /** Fields left out take the defaults (temperature 0, topK 40, topP 0.95, minP 0.05, seed 0). */
   setSampler(params?: SamplerParams): void;
   reseed(seed: number): void;
+  /** The generation stops once its text contains one of these; [] clears. */
+  setStopStrings(strings: string[]): void;
   /** [[token, bias], ...] or a Map; empty clears. */
   setLogitBias(bias: Iterable<readonly [Token, number]>): void;
 

@@ -117,6 +117,7 @@ function declare(handle) {
     setSampler: f(`int lacuna_branch_set_sampler(${B}, float temperature, int32_t top_k, float top_p, float min_p, uint32_t seed)`),
     reseed: f(`int lacuna_branch_reseed(${B}, uint32_t seed)`),
     setLogitBias: f(`int lacuna_branch_set_logit_bias(${B}, const int32_t *tokens, const float *bias, size_t n)`),
+    setStopStrings: f(`int lacuna_branch_set_stop_strings(${B}, const char **strings, size_t n)`),
     entropy: f(`int lacuna_branch_entropy(${B}, _Out_ double *nats)`),
     surprisal: f(`int lacuna_branch_surprisal(${B}, int32_t token, _Out_ double *nats)`),
     perplexity: f(`int lacuna_branch_perplexity(${B}, _Out_ double *perplexity)`),
@@ -656,6 +657,12 @@ export class Branch {
       throw invalid(`seed ${String(seed)} is not a uint32`);
     }
     check(lib.api.reseed(this.ptr, seed));
+  }
+
+  /** The generation stops once its text contains one of these strings; [] clears. */
+  setStopStrings(strings) {
+    const list = stringsOf(strings, 'stop strings');
+    check(lib.api.setStopStrings(this.ptr, list.length ? list : null, list.length));
   }
 
   /** Adds bias to tokens' logits before sampling: [[token, bias], ...] or a Map; empty clears. */

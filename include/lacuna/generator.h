@@ -288,6 +288,8 @@ class Generator {
   void set_sampling(float temp, uint32_t seed, int32_t top_k, float top_p, float min_p);
   void reseed(uint32_t seed);
   void set_logit_bias(std::vector<llama_logit_bias> bias);
+  // Stop strings from the next token on (none may be empty: std::invalid_argument).
+  void set_stop_strings(std::vector<std::string> stop_strings);
   // Running log-probabilities of emitted tokens that were sampled from logits (forced
   // tokens decoded without logits are not counted): their sum in nats and count.
   double surprisal_sum() const { return surprisal_sum_; }

@@ -360,7 +360,6 @@ typedef struct lacuna_stats {
 
 lacuna_status lacuna_stream_stats(lacuna_stream* stream, lacuna_stats* stats);
 
-
 /* ---- branches: the agent runtime (docs/runtime.md) -----------------------------------------
  * A branch is one sequence of a context: prefill (KV reused through the context's prefix cache
  * and persistent store), pull-based generation, produce/commit, fork, prune, metrics, Blink
@@ -372,12 +371,12 @@ lacuna_status lacuna_stream_stats(lacuna_stream* stream, lacuna_stats* stats);
 typedef struct lacuna_branch lacuna_branch;
 
 typedef struct lacuna_branch_params {
-  int32_t max_tokens; /* tokens per generation; default 256; 0 = until another stop */
-  float temperature;  /* default 0 = greedy */
-  float top_p;        /* default 0.95 */
-  int32_t top_k;      /* default 40 */
-  float min_p;        /* default 0.05 */
-  uint32_t seed;      /* default 0 */
+  int32_t max_tokens;       /* tokens per generation; default 256; 0 = until another stop */
+  float temperature;        /* default 0 = greedy */
+  float top_p;              /* default 0.95 */
+  int32_t top_k;            /* default 40 */
+  float min_p;              /* default 0.05 */
+  uint32_t seed;            /* default 0 */
   int32_t track_perplexity; /* 1: perplexity counts next()'s tokens too; default 0 */
   uint32_t blink_sinks;     /* automatic Blink KV: keep the first blink_sinks tokens and */
   uint32_t blink_tail;      /* the last blink_tail when the context is full; 0, 0 = off */
@@ -435,6 +434,9 @@ lacuna_status lacuna_branch_clear_constraint(lacuna_branch* branch);
 lacuna_status lacuna_branch_set_sampler(lacuna_branch* branch, float temperature, int32_t top_k,
                                         float top_p, float min_p, uint32_t seed);
 lacuna_status lacuna_branch_reseed(lacuna_branch* branch, uint32_t seed);
+/* The generation stops once its text contains one of these strings (n = 0 clears). */
+lacuna_status lacuna_branch_set_stop_strings(lacuna_branch* branch, const char* const* strings,
+                                             size_t n);
 /* Adds bias[i] to the logit of tokens[i] before sampling (n = 0 clears). */
 lacuna_status lacuna_branch_set_logit_bias(lacuna_branch* branch, const llama_token* tokens,
                                            const float* bias, size_t n);

@@ -134,6 +134,7 @@ class Branch {
   void set_sampler_params(float temp, uint32_t seed, int32_t top_k = 40, float top_p = 0.95f,
                           float min_p = 0.05f);
   void set_logit_bias(std::vector<llama_logit_bias> bias);
+  void set_stop_strings(std::vector<std::string> stop_strings);  // none may be empty
   void reseed(uint32_t seed);
 
   // ---- metrics (from the branch's logits at the current position, not copied out) -------

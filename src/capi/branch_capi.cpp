@@ -30,11 +30,16 @@ lacuna_branch* wrap(const std::shared_ptr<ContextState>& ctx, lacuna::runtime::B
   return h.release();
 }
 
-std::vector<std::string> strings(const char* const* s, size_t n) {
-  require(s != nullptr || n == 0, "triggers is NULL but n_triggers is not 0");
+std::vector<std::string> strings_of(const char* const* s, size_t n, const char* what) {
+  if (s == nullptr && n > 0) {
+    throw CapiError(LACUNA_ERR_INVALID_ARGUMENT,
+                    std::string("the ") + what + " list is NULL but its count is not 0");
+  }
   std::vector<std::string> out;
   for (size_t i = 0; i < n; ++i) {
-    require(s[i] != nullptr && s[i][0] != '\0', "a trigger is NULL or empty");
+    if (s[i] == nullptr || s[i][0] == '\0') {
+      throw CapiError(LACUNA_ERR_INVALID_ARGUMENT, std::string("a ") + what + " is NULL or empty");
+    }
     out.emplace_back(s[i]);
   }
   return out;
@@ -208,7 +213,7 @@ lacuna_status lacuna_branch_set_grammar(lacuna_branch* branch, const char* gbnf,
     require(gbnf != nullptr || len == 0, "gbnf is NULL");
     branch->b.set_constraint(lacuna::capi::grammar_constraint(
         *branch->ctx, std::string_view(gbnf == nullptr ? "" : gbnf, len),
-        strings(triggers, n_triggers)));
+        strings_of(triggers, n_triggers, "trigger")));
   });
 }
 
@@ -219,7 +224,7 @@ lacuna_status lacuna_branch_set_json_schema(lacuna_branch* branch, const char* s
     require(schema != nullptr || len == 0, "schema is NULL");
     branch->b.set_constraint(lacuna::capi::schema_constraint(
         *branch->ctx, std::string_view(schema == nullptr ? "" : schema, len), compact != 0,
-        strings(triggers, n_triggers)));
+        strings_of(triggers, n_triggers, "trigger")));
   });
 }
 
@@ -244,6 +249,12 @@ lacuna_status lacuna_branch_set_sampler(lacuna_branch* branch, float temperature
 
 lacuna_status lacuna_branch_reseed(lacuna_branch* branch, uint32_t seed) {
   LACUNA_BRANCH_CALL("lacuna_branch_reseed", branch->b.reseed(seed));
+}
+
+lacuna_status lacuna_branch_set_stop_strings(lacuna_branch* branch, const char* const* strings,
+                                             size_t n) {
+  LACUNA_BRANCH_CALL("lacuna_branch_set_stop_strings",
+                     branch->b.set_stop_strings(strings_of(strings, n, "stop string")));
 }
 
 lacuna_status lacuna_branch_set_logit_bias(lacuna_branch* branch, const llama_token* tokens,

@@ -229,6 +229,12 @@ void Branch::set_logit_bias(std::vector<llama_logit_bias> bias) {
   st.params.logit_bias = std::move(bias);
 }
 
+void Branch::set_stop_strings(std::vector<std::string> stop_strings) {
+  BranchState& st = state();
+  st.decoder->set_stop_strings(stop_strings);
+  st.params.stop_strings = std::move(stop_strings);
+}
+
 void Branch::reseed(uint32_t seed) {
   BranchState& st = state();
   st.decoder->reseed(seed);

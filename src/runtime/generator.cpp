@@ -194,6 +194,15 @@ void Generator::set_logit_bias(std::vector<llama_logit_bias> bias) {
   bias_ = std::move(bias);
 }
 
+void Generator::set_stop_strings(std::vector<std::string> stop_strings) {
+  GeneratorConfig c = config_;
+  c.stop_strings = std::move(stop_strings);
+  check_config(c, ctx_);
+  config_ = std::move(c);
+  max_stop_len_ = 0;
+  for (const auto& s : config_.stop_strings) max_stop_len_ = std::max(max_stop_len_, s.size());
+}
+
 void Generator::rewind(llama_pos n_keep) {
   const llama_pos end = n_past_ + static_cast<llama_pos>(pending_.size());
   if (n_keep < history_base_ || n_keep > end) {
