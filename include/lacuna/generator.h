@@ -273,6 +273,10 @@ class Generator {
   // tokens, the generation's output and stats copied. Throws std::invalid_argument for a
   // bad seq.
   std::unique_ptr<Generator> fork(llama_seq_id seq) const;
+  // A new generator with `config` (its seq included) that shares this one's vocabulary
+  // tables instead of scanning the vocabulary again: no constraint, nothing generated, the
+  // sequence as the KV cache holds it. Same errors as the constructor.
+  std::unique_ptr<Generator> fresh(GeneratorConfig config) const;
   // The tokens of the sequence from position history_base() on: those in the KV cache,
   // then the pending ones (emitted, not yet decoded).
   std::span<const Token> history() const { return history_; }
@@ -324,7 +328,8 @@ class Generator {
     bool accepted = false;  // equals the draft
     StopReason stop{};      // none unless the pick ends the generation
   };
-  Generator(const Generator& other, llama_seq_id seq);  // fork()
+  Generator(const Generator& other, llama_seq_id seq);        // fork()
+  Generator(const Generator& proto, GeneratorConfig config);  // fresh()
   bool stopped() const { return stop_ != StopReason::none; }
   void finish(StopReason reason);
   StopReason nothing_allowed_reason() const;

@@ -242,7 +242,10 @@ class Context {
   friend class BranchStore;
   BranchState& state_of(const Branch& b);
   Branch handle(uint32_t id);
-  uint32_t allocate(const BranchParams& params, std::unique_ptr<Generator> gen);
+  // A new branch on a free sequence, its decoder made by `make` for that sequence (a fork's)
+  // or from the context's prototype (a new branch's).
+  uint32_t allocate(const BranchParams& params,
+                    const std::function<std::unique_ptr<Generator>(llama_seq_id)>& make = {});
   void free_branch(uint32_t id);
   void prefill_many(std::span<const std::pair<Branch, std::span<const Token>>> items, bool replace);
   void blink_if_full(std::span<const Branch> branches);
@@ -260,6 +263,8 @@ class Context {
   uint64_t next_gen_ = 1;
   kv::KvStats retired_stats_;
   llama_batch batch_{};
+  // Holds the vocabulary tables every branch's decoder shares (made once, never decodes).
+  std::unique_ptr<Generator> proto_;
   BranchStore store_{this};
 };
 

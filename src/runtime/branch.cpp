@@ -143,10 +143,13 @@ Branch Branch::fork() {
   Context& c = context();
   BranchState& parent = state();
   // The child's session empties its sequence, then the parent's KV is shared into it.
-  const uint32_t id = c.allocate(parent.params, nullptr);
+  const Generator& from = *parent.decoder;
+  const llama_seq_id parent_seq = parent.seq;
+  const uint32_t id = c.allocate(parent.params, [&](llama_seq_id seq) {
+    llama_memory_seq_cp(llama_get_memory(c.raw()), parent_seq, seq, -1, -1);
+    return from.fork(seq);
+  });
   BranchState& child = *c.branches_[id];
-  llama_memory_seq_cp(llama_get_memory(c.raw()), parent.seq, child.seq, -1, -1);
-  child.decoder = parent.decoder->fork(child.seq);
   child.parent = parent.id;
   child.parent_gen = parent.gen;
   child.fork_shared = static_cast<uint64_t>(parent.decoder->n_past());

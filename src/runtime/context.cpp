@@ -129,7 +129,8 @@ BranchState& Context::state_of(const Branch& b) {
   return *branches_[b.id_];
 }
 
-uint32_t Context::allocate(const BranchParams& params, std::unique_ptr<Generator> gen) {
+uint32_t Context::allocate(const BranchParams& params,
+                           const std::function<std::unique_ptr<Generator>(llama_seq_id)>& make) {
   if (free_seqs_.empty()) {
     throw std::length_error("runtime: no free sequence for a new branch (" +
                             std::to_string(params_.n_branches) +
@@ -143,8 +144,8 @@ uint32_t Context::allocate(const BranchParams& params, std::unique_ptr<Generator
   // The session empties the sequence: made before any KV is put there.
   st->session =
       std::make_unique<kv::Session>(llama_.get(), seq, params_.kv, cache_.get(), disk_.get());
-  if (gen) {
-    st->decoder = std::move(gen);
+  if (make) {
+    st->decoder = make(seq);
   } else {
     GeneratorConfig gc;
     gc.temp = params.temp;
@@ -157,7 +158,8 @@ uint32_t Context::allocate(const BranchParams& params, std::unique_ptr<Generator
     gc.seq = seq;
     gc.decode = params_.decode;
     gc.print_stats = params.print_stats;
-    st->decoder = std::make_unique<Generator>(llama_.get(), gc);
+    if (!proto_) proto_ = std::make_unique<Generator>(llama_.get(), GeneratorConfig{});
+    st->decoder = proto_->fresh(gc);
     st->decoder->set_logit_bias(params.logit_bias);
     st->decoder->set_track_surprisal(params.track_perplexity);
   }
@@ -188,7 +190,7 @@ void Context::free_branch(uint32_t id) {
 }
 
 Branch Context::create_branch(const BranchParams& params) {
-  return handle(allocate(params, nullptr));
+  return handle(allocate(params));
 }
 
 const kv::Fingerprint& Context::fingerprint() {

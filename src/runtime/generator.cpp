@@ -156,6 +156,30 @@ Generator::Generator(const Generator& o, llama_seq_id seq)
   step_tokens_.reserve(config_.decode.max_forced + config_.decode.max_draft + 2);
 }
 
+std::unique_ptr<Generator> Generator::fresh(GeneratorConfig config) const {
+  check_config(config, ctx_);
+  return std::unique_ptr<Generator>(new Generator(*this, std::move(config)));
+}
+
+Generator::Generator(const Generator& proto, GeneratorConfig config)
+    : ctx_(proto.ctx_),
+      vocab_(proto.vocab_),
+      config_(std::move(config)),
+      n_vocab_(proto.n_vocab_),
+      n_ctx_(proto.n_ctx_),
+      n_batch_(proto.n_batch_),
+      mask_(proto.mask_.size(), 0),
+      eog_mask_(proto.eog_mask_),
+      eog_tokens_(proto.eog_tokens_) {
+  build_samplers();
+  for (const auto& s : config_.stop_strings) max_stop_len_ = std::max(max_stop_len_, s.size());
+  drafts_.reserve(config_.decode.max_draft + 1);
+  step_tokens_.reserve(config_.decode.max_forced + config_.decode.max_draft + 2);
+  const llama_pos pos_max = llama_memory_seq_pos_max(llama_get_memory(ctx_), config_.seq);
+  n_past_ = pos_max < 0 ? 0 : pos_max + 1;
+  history_base_ = n_past_;
+}
+
 void Generator::set_constraint(std::unique_ptr<Constraint> constraint) {
   if (constraint && constraint->n_vocab() != static_cast<size_t>(n_vocab_)) {
     throw std::invalid_argument(
