@@ -518,8 +518,8 @@ char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g",
 // walk takes the tokens between the class's exits and the nodes one past the run's depth
 // at once, and goes on only at those nodes. Whole-stack contexts where the run may end
 // after any code point (nothing lies past them), contexts whose rule returns somewhere,
-// pending prefix walks, runs that end in a class that takes a partial UTF-8 tail, and
-// bounded covers.
+// pending prefix walks, runs that end in a class that takes a partial UTF-8 tail, bounded
+// covers, and tolerant takes.
 TEST_P(Oracle, BoundedRunCutMasksEqual) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
@@ -532,8 +532,35 @@ item ::= "\"" [^"\\]{0,5} "\"" | "(" item ")" | [^,()"\[\]]{2,6})g",
       // Bounded covers: a context at the start of a bounded run of one class copies the
       // class's tokens less those longer than the run (JSON Schema's maxLength strings).
       R"g(root ::= ("\"" char{0,9} "\"" | "<" [^<>]{8,12} ">") ("," root)?
-char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g"};
+char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g",
+      // Tolerant takes: contexts that may end after any code point with something past
+      // their end, which takes none of the run's class (a last line, a word before a
+      // comma), or some of it (`extra` is e, x, tra).
+      R"g(root ::= line ("\n" line){0,2}
+line ::= [^\n]{1,12})g",
+      R"g(root ::= w ("," w)* "." ("é" | [^.]{0,3})
+w ::= [^,.]{1,9})g",
+      R"g(root ::= w ("x" w){0,3}
+w ::= [a-z]{1,3})g"};
   const WalkStats stats = walk_each(fx, grammars, 3, 8, 3131);
+  // A word whose context may end after any letter, inside a recursive rule where a real
+  // continuation follows the end and takes a letter of the word's class: after "<<",
+  // `extra` is e, the two ends, x, tra.
+  const std::string nested = R"g(root ::= "<" b "x" b ">"
+b ::= "<" b ">"? | [a-z]{1,3})g";
+  CompileOptions lazy;
+  lazy.eager_ms = 0;
+  GrammarMatcher m(CompiledGrammar::compile(parse_gbnf(nested), fx.index, lazy));
+  llama_sampler* smpl = llama_sampler_init_grammar(fx.vocab, nested.c_str(), "root");
+  ASSERT_NE(smpl, nullptr);
+  for (Token t : greedy_tokens(*fx.index, "<<")) {
+    ASSERT_TRUE(m.accept_token(t));
+    llama_sampler_accept(smpl, t);
+  }
+  std::vector<uint32_t> ours(bitmask_words(fx.index->n_vocab()));
+  m.fill_next_token_bitmask(ours.data());
+  EXPECT_TRUE(ours == llama_mask(smpl, fx.index->n_vocab())) << "after <<";
+  llama_sampler_free(smpl);
   std::printf("[oracle] %s bounded-run cuts: %zu steps compared\n", GetParam().c_str(),
               stats.steps);
   EXPECT_GT(stats.steps, grammars.size() * 4);

@@ -337,17 +337,23 @@ class WalkStates {
     bool non_ascii;  // every code point >= 128 belongs to the class
     uint32_t next;
     uint32_t depth;
+    bool exits;  // (kTolerant) the context may also end after each code point of the class
   };
   static constexpr uint32_t kUnbounded = 1u << 30;
 
-  // Quiet exits: the walk has nothing past the context's end (see Classifier::quiet), so
-  // a code point after which the context may end still leads only to its successors in
-  // the context, and runs go on through such sets. Runs are memoized per mode.
-  void set_quiet(bool quiet) {
-    quiet_ = quiet;
-    runs_ = &runs_by_mode_[quiet ? 1 : 0];
-    run_state_ = &run_state_by_mode_[quiet ? 1 : 0];
+  // How runs treat a code point after which the context may end. kStrict: it is outside
+  // every run. kQuiet: the walk has nothing past the context's end (see Classifier::quiet),
+  // so such a code point leads only to its successors in the context, and runs go on
+  // through it. kTolerant: as kQuiet when it also has successors in the context, with
+  // Run::exits telling the walk that the context may end there (a code point that only
+  // ends the context stays outside). Runs are memoized per mode.
+  enum Mode { kStrict = 0, kQuiet = 1, kTolerant = 2 };
+  void set_mode(Mode m) {
+    mode_ = m;
+    runs_ = &runs_by_mode_[m];
+    run_state_ = &run_state_by_mode_[m];
   }
+  Mode mode() const { return mode_; }
 
   Run run(uint32_t set) {
     grow_runs();
@@ -436,8 +442,9 @@ class WalkStates {
         non_ascii = true;
       }
     }
-    Run r{{0, 0}, non_ascii, 0, 0};
+    Run r{{0, 0}, non_ascii, 0, 0, false};
     if (best >= 0) {
+      r.exits = cands_[static_cast<size_t>(best)].exits;
       members_ = cands_[static_cast<size_t>(best)].members;
       r.next = intern(members_);
       for (uint32_t c = 0; c < 128; ++c) {
@@ -453,17 +460,19 @@ class WalkStates {
   // The successor of `set` on cp as a candidate index into cands_ (counted), or -1 when it
   // is empty or leaves the context. Does not intern anything.
   int32_t probe(uint32_t set, uint32_t cp) {
-    if (successors(set, cp, !quiet_) && !quiet_) return -1;
+    const bool exited = successors(set, cp, mode_ == kStrict);
+    if (exited && mode_ == kStrict) return -1;
     if (scratch_.empty()) return -1;
+    const bool exits = exited && mode_ == kTolerant;
     std::sort(scratch_.begin(), scratch_.end());
     scratch_.erase(std::unique(scratch_.begin(), scratch_.end()), scratch_.end());
     for (size_t k = 0; k < cands_.size(); ++k) {
-      if (cands_[k].members == scratch_) {
+      if (cands_[k].members == scratch_ && cands_[k].exits == exits) {
         if (cp < 128) ++cands_[k].count;
         return static_cast<int32_t>(k);
       }
     }
-    cands_.push_back({scratch_, cp < 128 ? 1u : 0u});
+    cands_.push_back({scratch_, cp < 128 ? 1u : 0u, exits});
     return static_cast<int32_t>(cands_.size() - 1);
   }
 
@@ -559,15 +568,16 @@ class WalkStates {
   std::vector<uint32_t> first_ids_;        // scratch of first()
   std::vector<RangeSet> pos_ranges_;       // per grammar character set (positive_ranges)
   std::vector<uint8_t> pos_done_;
-  bool quiet_ = false;
-  std::vector<Run> runs_by_mode_[2];
-  std::vector<uint8_t> run_state_by_mode_[2];  // 0: unknown, 1: class and successor, 2: depth
+  Mode mode_ = kStrict;
+  std::vector<Run> runs_by_mode_[3];
+  std::vector<uint8_t> run_state_by_mode_[3];  // 0: unknown, 1: class and successor, 2: depth
   std::vector<Run>* runs_ = &runs_by_mode_[0];
   std::vector<uint8_t>* run_state_ = &run_state_by_mode_[0];
   std::vector<uint32_t> chain_;
   struct Candidate {
     std::vector<uint32_t> members;
     uint32_t count;  // ASCII code points leading to it
+    bool exits;      // kTolerant: the context may end there too
   };
   std::vector<Candidate> cands_;
 };
@@ -733,9 +743,41 @@ struct Classifier {
     if (sc.height > r.depth) return false;
     if ((sc.ascii[0] & ~r.ascii[0]) != 0 || (sc.ascii[1] & ~r.ascii[1]) != 0) return false;
     if (sc.non_ascii && !r.non_ascii) return false;
+    if (tolerant_ && !past_end_dies(r)) return false;
     take_in_run(tokens.trie()[j].tok_end, tok_begin_of(tokens.trie()[j].end), set, depth, accepted,
-                pending ? &uncertain : nullptr, covered(j, set, depth, pending));
+                pending ? &uncertain : nullptr, !tolerant_ && covered(j, set, depth, pending));
     return true;
+  }
+
+  // Tolerant takes (WalkStates::kTolerant): a frame where the context may end, with
+  // something past its end, is taken at once when what follows the end (after_end) can take
+  // no code point of the run's class: past the end every path dies at the next code point
+  // of the run, so only the run's exits and cuts go on past the end.
+  bool tolerant_ = false;
+  bool past_end_dies(const WalkStates::Run& r) {
+    const CharSet& f = states.first(after_end);
+    if (f.any || (r.ascii[0] & f.ascii[0]) != 0 || (r.ascii[1] & f.ascii[1]) != 0) return false;
+    if (r.non_ascii) {
+      for (const auto& range : f.ranges) {
+        if (range.hi >= 128) return false;
+      }
+    }
+    return true;
+  }
+  bool tolerant_take(uint32_t j, const Frame& c) {
+    struct Scope {
+      Classifier& cl;
+      WalkStates::Mode before;
+      explicit Scope(Classifier& x) : cl(x), before(x.states.mode()) {
+        cl.states.set_mode(WalkStates::kTolerant);
+        cl.tolerant_ = true;
+      }
+      ~Scope() {
+        cl.states.set_mode(before);
+        cl.tolerant_ = false;
+      }
+    } scope(*this);
+    return bulk_accept(j, c.set, c.depth, false) || skip_region(j, c, false);
   }
 
   // The first token of node j's subtree in trie order (past the last node: the end).
@@ -757,11 +799,18 @@ struct Classifier {
       size_t ncp;
       tokens.code_points(t.id, &ncp);
       uint32_t s = set;
-      for (size_t d = depth; d < ncp; ++d) s = states.run(s).next;
+      bool exited = false;  // the context may end after the token's full code points
+      for (size_t d = depth; d < ncp; ++d) {
+        const WalkStates::Run r = states.run(s);
+        exited = r.exits;
+        s = r.next;
+      }
       if (partial_ok(s, t.partial)) {
         out.push_back(t.id);
       } else if (rest != nullptr) {
         rest->push_back(t.id);
+      } else if (exited) {
+        uncertain.push_back(t.id);  // what lies past the end may take the tail
       }
     };
     if (covered) {
@@ -1056,6 +1105,7 @@ struct Classifier {
     if (cut && (r.depth == 0 || n_nodes < kMinCutSkipNodes)) return false;
     const std::vector<uint32_t>* exits = class_exits(r);
     if (exits == nullptr) return false;
+    if (tolerant_ && !past_end_dies(r)) return false;
     if (!past_end) note_run(set, sc.height);
     const auto& trie = tokens.trie();
     const auto& depth_of = tokens.node_depth();
@@ -1065,7 +1115,9 @@ struct Classifier {
     if (cut) {
       cuts = &depth_nodes(depth_of[j] + r.depth + 1u);
       for (uint32_t d = 0; d < r.depth; ++d) cut_set = states.run(cut_set).next;
-      if (!c.pending || past_end) cut_first = cut_set != 0 ? &states.first(cut_set) : &kNothing;
+      if ((!c.pending || past_end) && !tolerant_) {
+        cut_first = cut_set != 0 ? &states.first(cut_set) : &kNothing;
+      }
     }
     // A cut node whose code point the set after the run cannot take goes nowhere.
     auto cut_lives = [&](uint32_t b) {
@@ -1076,7 +1128,7 @@ struct Classifier {
     std::vector<Token>& out = past_end ? uncertain : accepted;
     std::vector<Token>* rest = !past_end && c.pending ? &uncertain : nullptr;
     // A bounded cover holds the tokens between the stops too: they are no longer than its run.
-    const bool cov = !past_end && covered(j, set, c.depth, c.pending);
+    const bool cov = !tolerant_ && !past_end && covered(j, set, c.depth, c.pending);
     region_exits_.clear();
     // Nodes [lo, hi) under a node inside the class: the tokens up to each exit or cut, then
     // past its subtree.
@@ -1126,10 +1178,16 @@ struct Classifier {
       if (run_frames_.size() <= rel) run_frames_.resize(rel + 1, kNoFrame);
       if (run_frames_[rel] == kNoFrame) {
         uint32_t s = set;
-        for (uint32_t d = 0; d < rel; ++d) s = states.run(s).next;
+        bool exited = c.exited;  // tolerant: the context may end before b
+        for (uint32_t d = 0; d < rel; ++d) {
+          const WalkStates::Run rs = states.run(s);
+          exited = rs.exits;
+          s = rs.next;
+        }
         run_frames_[rel] = static_cast<uint32_t>(frames.size());
-        frames.push_back(past_end ? make_frame(0, s, c.depth + rel, false, false, false)
-                                  : make_frame(s, 0, c.depth + rel, false, false, c.pending));
+        frames.push_back(past_end    ? make_frame(0, s, c.depth + rel, false, false, false)
+                         : tolerant_ ? make_frame(s, 0, c.depth + rel, exited, false, false)
+                                     : make_frame(s, 0, c.depth + rel, false, false, c.pending));
       }
       todo.push_back({b, run_frames_[rel]});
     }
@@ -1329,6 +1387,10 @@ struct Classifier {
                     (bulk_accept(j, c.set, c.depth, c.pending) || skip_region(j, c, false))) ||
                    (c.set == 0 && !c.exited && c.fset != 0 && !c.fexited && !c.pending &&
                     skip_region(j, c, true));
+      if (!taken && c.set != 0 && c.exited && !quiet() && !exit_any && c.fset == 0 && !c.fexited &&
+          !c.pending) {
+        taken = tolerant_take(j, c);
+      }
       if (!taken && c.set == 0 && (c.pending || (exit_any && c.exited))) {
         all_uncertain_below(j);
         taken = true;
@@ -1348,13 +1410,13 @@ struct Classifier {
 
   // Nothing lies past the context's end (a whole stack, or a chain whose rule returns
   // nowhere), and leaving it does not make longer tokens uncertain: ending the context only
-  // accepts the tokens that end there (WalkStates::set_quiet).
+  // accepts the tokens that end there (WalkStates::kQuiet).
   bool quiet() const { return after_end == 0 && !exit_any; }
 
   void classify_context(uint32_t chain) {
     accepted.clear();
     uncertain.clear();
-    states.set_quiet(quiet());
+    states.set_mode(quiet() ? WalkStates::kQuiet : WalkStates::kStrict);
     std::vector<uint32_t> m{chain};
     const uint32_t set0 = states.intern(m);
     const auto& trie = tokens.trie();
