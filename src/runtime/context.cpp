@@ -260,10 +260,14 @@ Generator::Shared Context::shared() {
   Generator::Shared s;
   s.batch = &batch_;
   s.on_full = [this]() {
+    // Worth a retry only when the cache gave cells back (nodes pinned by live branches stay).
     if (cache_ == nullptr || cache_->n_nodes() == 0) return false;
-    log_message(LogLevel::info, "runtime: context full, evicting the prefix cache");
+    const size_t before = cache_->n_nodes();
     cache_->clear();
-    return true;
+    log_message(LogLevel::info, "runtime: context full, evicted " +
+                                    std::to_string(before - cache_->n_nodes()) +
+                                    " prefix-cache blocks");
+    return cache_->n_nodes() < before;
   };
   return s;
 }

@@ -53,13 +53,17 @@ int32_t decode_parts(llama_context* ctx, llama_batch& batch, int32_t n_batch, st
     if (batch.n_tokens == 0) return 0;
     int32_t rc = 0;
     double ms = 0;
+    bool retried = false;  // on_full is asked once per failing call, never in a loop
     for (;;) {
       const auto t0 = std::chrono::steady_clock::now();
       rc = llama_decode(ctx, batch);
       ms +=
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (counters != nullptr) ++counters->calls;
-      if (rc == 1 && on_full && on_full()) continue;
+      if (rc == 1 && !retried && on_full && on_full()) {
+        retried = true;
+        continue;
+      }
       break;
     }
     if (counters != nullptr) counters->ms += ms;
