@@ -273,6 +273,15 @@ std::vector<llama_token> greedy_tokens(const TokenIndex& index, const std::strin
 
 class Oracle : public ::testing::TestWithParam<std::string> {};
 
+// A test name for a vocabulary ("llama-bpe" -> "llama_bpe").
+std::string vocab_test_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string s = info.param;
+  for (char& c : s) {
+    if (c == '-') c = '_';
+  }
+  return s;
+}
+
 // Objects of string keys and string, number or array values.
 const char* const kKeyValueGrammar = R"g(root ::= "{" ws (kv ("," ws kv)*)? "}"
 kv ::= "\"" [^"\\]* "\"" ws ":" ws val
@@ -709,21 +718,9 @@ TEST_P(OracleStress, StressGrammarsMasksEqual) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabs, OracleStress, ::testing::Values("llama-bpe", "qwen2", "gemma-4"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& c : s) {
-                             if (c == '-') c = '_';
-                           }
-                           return s;
-                         });
+                         vocab_test_name);
 
 INSTANTIATE_TEST_SUITE_P(Vocabs, Oracle, ::testing::Values("llama-bpe", "llama-spm", "qwen2"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& c : s) {
-                             if (c == '-') c = '_';
-                           }
-                           return s;
-                         });
+                         vocab_test_name);
 
 }  // namespace
