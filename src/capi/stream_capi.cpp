@@ -10,7 +10,6 @@
 
 #include "capi/runtime_capi.h"
 #include "decode/constraint_factory.h"
-#include "lacuna/log.h"
 
 using lacuna::capi::CapiError;
 using lacuna::capi::ContextGuard;
@@ -99,14 +98,8 @@ std::unique_ptr<Constraint> grammar_constraint(const ContextState& c, std::strin
 std::unique_ptr<Constraint> schema_constraint(const ContextState& c, std::string_view schema,
                                               bool compact,
                                               const std::vector<std::string>& triggers) {
-  SchemaOptions so;
-  so.whitespace =
-      compact ? SchemaOptions::Whitespace::Compact : SchemaOptions::Whitespace::Flexible;
-  so.on_warning = [](const std::string& keyword, const std::string& pointer,
-                     const std::string& message) {
-    log_message(LogLevel::warn, "schema: " + keyword + " at " + pointer + ": " + message);
-  };
-  return grammar_constraint(c, json_schema_to_gbnf(std::string(schema), so), triggers);
+  return decode::make_schema_constraint(c.model->model.vocab_ptr(), std::string(schema), compact,
+                                        triggers);
 }
 
 }  // namespace lacuna::capi

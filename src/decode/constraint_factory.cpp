@@ -9,6 +9,7 @@
 
 #include "lacuna/grammar.h"
 #include "lacuna/json_schema.h"
+#include "lacuna/log.h"
 #include "lacuna/matcher.h"
 #include "lacuna/regex.h"
 #include "lacuna/sampler.h"
@@ -134,6 +135,19 @@ std::unique_ptr<Constraint> make_grammar_constraint(const llama_vocab* vocab,
     c = std::make_unique<LazyConstraint>(std::move(c), std::move(t), vocab_piece_fn(vocab));
   }
   return c;
+}
+
+std::unique_ptr<Constraint> make_schema_constraint(const llama_vocab* vocab,
+                                                   const std::string& schema, bool compact,
+                                                   const std::vector<std::string>& lazy_triggers) {
+  SchemaOptions so;
+  so.whitespace =
+      compact ? SchemaOptions::Whitespace::Compact : SchemaOptions::Whitespace::Flexible;
+  so.on_warning = [](const std::string& keyword, const std::string& pointer,
+                     const std::string& message) {
+    log_message(LogLevel::warn, "schema: " + keyword + " at " + pointer + ": " + message);
+  };
+  return make_grammar_constraint(vocab, json_schema_to_gbnf(schema, so), lazy_triggers);
 }
 
 }  // namespace lacuna::decode

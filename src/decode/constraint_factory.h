@@ -37,6 +37,12 @@ std::unique_ptr<Constraint> make_grammar_constraint(
     const llama_vocab* vocab, const std::string& gbnf,
     const std::vector<std::string>& lazy_triggers = {});
 
+// A JSON Schema's constraint (flexible or compact whitespace; unsupported keywords are
+// logged as warnings), with lazy triggers like make_grammar_constraint.
+std::unique_ptr<Constraint> make_schema_constraint(
+    const llama_vocab* vocab, const std::string& schema, bool compact,
+    const std::vector<std::string>& lazy_triggers = {});
+
 // Reads a whole file; throws std::runtime_error naming the file on failure.
 std::string read_text_file(const std::string& path);
 

@@ -8,8 +8,6 @@
 #include <limits>
 
 #include "decode/constraint_factory.h"
-#include "lacuna/json_schema.h"
-#include "lacuna/log.h"
 #include "lacuna/runtime.h"
 #include "runtime/branch_state.h"
 
@@ -205,14 +203,8 @@ void Branch::set_grammar(const std::string& gbnf, const std::vector<std::string>
 
 void Branch::set_json_schema(const std::string& schema, bool compact,
                              const std::vector<std::string>& lazy_triggers) {
-  SchemaOptions so;
-  so.whitespace =
-      compact ? SchemaOptions::Whitespace::Compact : SchemaOptions::Whitespace::Flexible;
-  so.on_warning = [](const std::string& keyword, const std::string& pointer,
-                     const std::string& message) {
-    log_message(LogLevel::warn, "schema: " + keyword + " at " + pointer + ": " + message);
-  };
-  set_grammar(json_schema_to_gbnf(schema, so), lazy_triggers);
+  set_constraint(decode::make_schema_constraint(context().model().vocab_ptr(), schema, compact,
+                                                lazy_triggers));
 }
 
 void Branch::set_sampler_params(float temp, uint32_t seed, int32_t top_k, float top_p,
