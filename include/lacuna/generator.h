@@ -331,6 +331,8 @@ class Generator {
   Generator(const Generator& other, llama_seq_id seq);        // fork()
   Generator(const Generator& proto, GeneratorConfig config);  // fresh()
   bool stopped() const { return stop_ != StopReason::none; }
+  // Throws std::invalid_argument "<what>: token N outside the vocabulary of M".
+  void check_token(Token t, const char* what) const;
   void finish(StopReason reason);
   StopReason nothing_allowed_reason() const;
   void begin_step();

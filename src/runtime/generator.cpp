@@ -156,6 +156,13 @@ Generator::Generator(const Generator& o, llama_seq_id seq)
   step_tokens_.reserve(config_.decode.max_forced + config_.decode.max_draft + 2);
 }
 
+void Generator::check_token(Token t, const char* what) const {
+  if (t < 0 || t >= n_vocab_) {
+    throw std::invalid_argument(std::string(what) + ": token " + std::to_string(t) +
+                                " outside the vocabulary of " + std::to_string(n_vocab_));
+  }
+}
+
 std::unique_ptr<Generator> Generator::fresh(GeneratorConfig config) const {
   check_config(config, ctx_);
   return std::unique_ptr<Generator>(new Generator(*this, std::move(config)));
@@ -209,10 +216,7 @@ void Generator::reseed(uint32_t seed) {
 
 void Generator::set_logit_bias(std::vector<llama_logit_bias> bias) {
   for (const auto& b : bias) {
-    if (b.token < 0 || b.token >= n_vocab_) {
-      throw std::invalid_argument("logit bias: token " + std::to_string(b.token) +
-                                  " outside the vocabulary of " + std::to_string(n_vocab_));
-    }
+    check_token(b.token, "logit bias");
     if (std::isnan(b.bias)) throw std::invalid_argument("logit bias: NaN bias");
   }
   bias_ = std::move(bias);
@@ -360,10 +364,7 @@ void Generator::prefill_many(std::span<Generator* const> gens,
   for (size_t i = 0; i < gens.size(); ++i) {
     Generator& g = *gens[i];
     for (Token t : prompts[i]) {
-      if (t < 0 || t >= g.n_vocab_) {
-        throw std::invalid_argument("Generator::prefill: token " + std::to_string(t) +
-                                    " outside the vocabulary of " + std::to_string(g.n_vocab_));
-      }
+      g.check_token(t, "Generator::prefill");
     }
     if (prompts[i].empty() && g.pending_.empty()) {
       throw std::invalid_argument("Generator::prefill: empty prompt");
@@ -422,10 +423,7 @@ void Generator::commit_many(std::span<Generator* const> gens, std::span<const To
     Generator& g = *gens[i];
     const Token t = tokens[i];
     if (!g.prefilled_) throw std::logic_error("Generator::commit: call prefill() first");
-    if (t < 0 || t >= g.n_vocab_) {
-      throw std::invalid_argument("Generator::commit: token " + std::to_string(t) +
-                                  " outside the vocabulary of " + std::to_string(g.n_vocab_));
-    }
+    g.check_token(t, "Generator::commit");
     if (static_cast<size_t>(g.n_past_) + g.pending_.size() + 1 >= g.n_ctx_) {
       throw std::runtime_error("Generator::commit: the context is full (" +
                                std::to_string(g.n_past_) + " of " + std::to_string(g.n_ctx_) + ")");
@@ -476,10 +474,7 @@ void Generator::commit_many(std::span<Generator* const> gens, std::span<const To
 void Generator::extend(std::span<const Token> tokens, const Shared& shared) {
   if (tokens.empty()) throw std::invalid_argument("Generator::extend: no tokens");
   for (Token t : tokens) {
-    if (t < 0 || t >= n_vocab_) {
-      throw std::invalid_argument("Generator::extend: token " + std::to_string(t) +
-                                  " outside the vocabulary of " + std::to_string(n_vocab_));
-    }
+    check_token(t, "Generator::extend");
   }
   if (static_cast<size_t>(n_past_) + pending_.size() + tokens.size() >= n_ctx_) {
     throw std::invalid_argument("Generator::extend: " + std::to_string(tokens.size()) +
