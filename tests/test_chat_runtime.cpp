@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_test_support.h"
 #include "lacuna/chat.h"
 #include "lacuna/runtime.h"
 #include "test_models.h"
@@ -101,28 +102,10 @@ TEST_P(ChatRuntime, WarmTurnsAnswerLikeColdOnes) {
 
 INSTANTIATE_TEST_SUITE_P(Templates, ChatRuntime, ::testing::Values("tiny-qwen2", "tiny-llama3"));
 
-struct Result {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
+using lacuna::testing::CliResult;
 
-Result cli(const std::string& args) {
-  const char* exe = std::getenv("LACUNA_CLI");
-  Result r;
-  if (exe == nullptr) return r;
-  const std::string err_file = ::testing::TempDir() + "lacuna_chat_stderr.txt";
-  const std::string cmd = std::string("\"") + exe + "\" " + args + " 2>" + err_file;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream in(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  return r;
+CliResult cli(const std::string& args) {
+  return lacuna::testing::run_cli(args);
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {
@@ -142,15 +125,15 @@ TEST(ChatCli, ToolCallsAreValidAndBadInputIsClear) {
       R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"location":{"type":"string","maxLength":24},"unit":{"enum":["celsius","fahrenheit"]},"days":{"type":"integer","minimum":1,"maximum":14}},"required":["location","unit","days"],"additionalProperties":false}}}])");
   const std::string base = "-m " + model + " --messages " + messages + " --tools " + tools;
 
-  const Result t = cli("template " + base);
+  const CliResult t = cli("template " + base);
   ASSERT_EQ(t.status, 0) << t.err;
   EXPECT_NE(t.out.find("<|im_start|>user\nWeather in Paris?<|im_end|>"), std::string::npos)
       << t.out;
   EXPECT_NE(t.out.find("get_weather"), std::string::npos);
 
   for (const char* seed : {"0", "1", "2"}) {
-    const Result r = cli("chat " + base +
-                         " --tool-choice get_weather --json --threads 1 --temp 0.9 --seed " + seed);
+    const CliResult r = cli(
+        "chat " + base + " --tool-choice get_weather --json --threads 1 --temp 0.9 --seed " + seed);
     ASSERT_EQ(r.status, 0) << r.err;
     const auto msg = nlohmann::json::parse(r.out);
     ASSERT_EQ(msg.at("tool_calls").size(), 1u) << r.out;
@@ -162,19 +145,19 @@ TEST(ChatCli, ToolCallsAreValidAndBadInputIsClear) {
     EXPECT_GE(a.at("days").get<int>(), 1);
     EXPECT_LE(a.at("days").get<int>(), 14);
   }
-  const Result none = cli("chat " + base + " --tool-choice none --json --threads 1 -n 8");
+  const CliResult none = cli("chat " + base + " --tool-choice none --json --threads 1 -n 8");
   ASSERT_EQ(none.status, 0) << none.err;
   EXPECT_FALSE(nlohmann::json::parse(none.out).contains("tool_calls")) << none.out;
 
-  const Result unknown = cli("chat " + base + " --tool-choice no_such_tool --json");
+  const CliResult unknown = cli("chat " + base + " --tool-choice no_such_tool --json");
   EXPECT_EQ(unknown.status, 2);
   EXPECT_NE(unknown.err.find("no_such_tool"), std::string::npos) << unknown.err;
   const std::string bad_role =
       write_temp("chat_bad_role.json", R"([{"role":"wizard","content":"x"}])");
-  const Result br = cli("chat -m " + model + " --messages " + bad_role);
+  const CliResult br = cli("chat -m " + model + " --messages " + bad_role);
   EXPECT_NE(br.status, 0);
   EXPECT_NE(br.err.find("wizard"), std::string::npos) << br.err;
-  const Result bt =
+  const CliResult bt =
       cli("template -m " + model + " --messages " + messages + " --chat-template no-such-template");
   EXPECT_EQ(bt.status, 2);
   EXPECT_NE(bt.err.find("no-such-template"), std::string::npos) << bt.err;

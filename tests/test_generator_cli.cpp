@@ -12,32 +12,15 @@
 #include <regex>
 #include <string>
 
+#include "cli_test_support.h"
 #include "generator_fixtures.h"
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
+using Result = lacuna::testing::CliResult;
 
 Result run(const std::string& args, const std::string& env = "") {
-  const char* cli = std::getenv("LACUNA_CLI");
-  Result r;
-  if (cli == nullptr) return r;
-  const std::string err_file = ::testing::TempDir() + "lacuna_run_stderr.txt";
-  const std::string cmd = env + " \"" + cli + "\" run " + args + " 2>" + err_file;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream in(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  return r;
+  return lacuna::testing::run_cli("run " + args, env);
 }
 
 std::string repo_file(const std::string& rel) {
