@@ -339,6 +339,8 @@ class Generator {
   Plan plan(bool alone);
   void take_outputs(int32_t out0, bool live);
   void decode_alone(std::span<const Token> tokens, const char* what);
+  // The first n pending tokens (at most all) are in the KV cache now.
+  void mark_decoded(size_t n);
   void decode_failed(int32_t status, size_t n_decoded, const char* what);
   void start_generation(std::span<const Token> prompt);
   void after_prefill(size_t n_decoded, int32_t out0);

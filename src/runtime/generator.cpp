@@ -301,12 +301,16 @@ void Generator::start_generation(std::span<const Token> prompt) {
   prefilled_ = false;
 }
 
+void Generator::mark_decoded(size_t n) {
+  n = std::min(n, pending_.size());
+  n_past_ += static_cast<llama_pos>(n);
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
 void Generator::decode_failed(int32_t status, size_t n_decoded, const char* what) {
   // The sequence holds what llama.cpp kept; the rest stays pending (a later step tries
   // again).
-  n_past_ += static_cast<llama_pos>(n_decoded);
-  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(
-                                                          std::min(n_decoded, pending_.size())));
+  mark_decoded(n_decoded);
   logits_valid_ = false;
   throw std::runtime_error(std::string("Generator: llama_decode failed (") + what + ", status " +
                            std::to_string(status) + ": " + runtime::decode_status_text(status) +
@@ -323,7 +327,13 @@ llama_batch& shared_batch(const Generator::Shared& shared, llama_batch& own, int
   return own;
 }
 
-void check_same_context(std::span<Generator* const> gens) {
+// The generators of one batched call, with one item (prompt, token) each: false when there
+// is nothing to do. Throws std::invalid_argument otherwise when they do not fit together.
+bool check_batch(std::span<Generator* const> gens, size_t n_items, const char* what) {
+  if (gens.size() != n_items) {
+    throw std::invalid_argument(std::string("Generator::") + what + ": one item per generator");
+  }
+  if (gens.empty()) return false;
   for (size_t i = 0; i < gens.size(); ++i) {
     if (gens[i] == nullptr) throw std::invalid_argument("Generator: null generator in a batch");
     if (gens[i]->context() != gens[0]->context()) {
@@ -336,6 +346,7 @@ void check_same_context(std::span<Generator* const> gens) {
       }
     }
   }
+  return true;
 }
 
 }  // namespace
@@ -355,11 +366,7 @@ void Generator::after_prefill(size_t n_decoded, int32_t out0) {
 void Generator::prefill_many(std::span<Generator* const> gens,
                              std::span<const std::span<const Token>> prompts,
                              const Shared& shared) {
-  if (gens.size() != prompts.size()) {
-    throw std::invalid_argument("Generator::prefill_many: one prompt per generator");
-  }
-  if (gens.empty()) return;
-  check_same_context(gens);
+  if (!check_batch(gens, prompts.size(), "prefill_many")) return;
   // Every check before anything changes.
   for (size_t i = 0; i < gens.size(); ++i) {
     Generator& g = *gens[i];
@@ -414,11 +421,7 @@ void Generator::commit(Token token) {
 
 void Generator::commit_many(std::span<Generator* const> gens, std::span<const Token> tokens,
                             const Shared& shared) {
-  if (gens.size() != tokens.size()) {
-    throw std::invalid_argument("Generator::commit_many: one token per generator");
-  }
-  if (gens.empty()) return;
-  check_same_context(gens);
+  if (!check_batch(gens, tokens.size(), "commit_many")) return;
   for (size_t i = 0; i < gens.size(); ++i) {
     Generator& g = *gens[i];
     const Token t = tokens[i];
@@ -462,9 +465,7 @@ void Generator::commit_many(std::span<Generator* const> gens, std::span<const To
     for (size_t i = 0; i < gens.size(); ++i) {
       Generator& g = *gens[i];
       if (g.logits_valid_) continue;
-      g.n_past_ += static_cast<llama_pos>(parts[i].n_decoded);
-      g.pending_.erase(g.pending_.begin(),
-                       g.pending_.begin() + static_cast<std::ptrdiff_t>(parts[i].n_decoded));
+      g.mark_decoded(parts[i].n_decoded);
     }
     throw std::runtime_error(std::string("Generator: llama_decode failed (commit, status ") +
                              std::to_string(rc) + ": " + runtime::decode_status_text(rc) + ")");
@@ -931,8 +932,7 @@ void Generator::decode_alone(std::span<const Token> tokens, const char* what) {
   stats_.forward_passes += part.n_calls;
   stats_.decode_ms += part.ms;
   if (rc != 0) decode_failed(rc, part.n_decoded, what);
-  n_past_ += static_cast<llama_pos>(tokens.size());
-  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(tokens.size()));
+  mark_decoded(tokens.size());
 }
 
 // The second half of a step: sample at the current position (logits from the pass that
@@ -991,8 +991,7 @@ Step Generator::next() {
 }
 
 void Generator::step_many(std::span<Generator* const> gens, const Shared& shared) {
-  if (gens.empty()) return;
-  check_same_context(gens);
+  if (!check_batch(gens, gens.size(), "step_many")) return;
   for (Generator* g : gens) g->begin_step();
   std::vector<Generator*> decoding;
   decoding.reserve(gens.size());
@@ -1038,10 +1037,7 @@ void Generator::step_many(std::span<Generator* const> gens, const Shared& shared
       Generator& g = *decoding[i];
       if (!g.pending_.empty() && parts[i].n_decoded < parts[i].tokens.size()) {
         g.stats_.forward_passes += parts[i].n_calls;
-        const size_t kept = std::min(parts[i].n_decoded, g.pending_.size());
-        g.n_past_ += static_cast<llama_pos>(kept);
-        g.pending_.erase(g.pending_.begin(),
-                         g.pending_.begin() + static_cast<std::ptrdiff_t>(kept));
+        g.mark_decoded(parts[i].n_decoded);
         g.drafts_.clear();
         g.logits_valid_ = false;
         // No KV cell left (the cells are shared by every sequence of the context): the
