@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 
 #include "chat/tool_grammar.h"
@@ -189,11 +190,35 @@ char first_literal_char(const std::string& gbnf, const std::string& rule, int de
   return '\0';
 }
 
+// Templates that print the time call strftime_now(FORMAT), which llama.cpp's Jinja answers
+// with the clock, whatever the request's fixed time says. Such a template gets a macro of
+// the same name in front, which looks the formatted time up in a template variable: apply()
+// fills it for every FORMAT literal of the source, at the request's time.
+constexpr const char* kStrftimeVar = "lacuna_strftime_now";
+
+std::vector<std::string> strftime_formats(const std::string& source) {
+  static const std::regex call(R"re(strftime_now\(\s*(?:"([^"\\]*)"|'([^'\\]*)')\s*\))re");
+  std::vector<std::string> out;
+  for (auto it = std::sregex_iterator(source.begin(), source.end(), call);
+       it != std::sregex_iterator(); ++it) {
+    std::string f = (*it)[1].matched ? (*it)[1].str() : (*it)[2].str();
+    if (std::find(out.begin(), out.end(), f) == out.end()) out.push_back(std::move(f));
+  }
+  return out;
+}
+
+std::string with_fixed_clock(const std::string& source) {
+  if (source.find("strftime_now") == std::string::npos) return source;
+  return std::string("{%- macro strftime_now(f) -%}{{- ") + kStrftimeVar +
+         "[f] -}}{%- endmacro -%}\n" + source;
+}
+
 }  // namespace
 
 struct Template::Impl {
   common_chat_templates_ptr tmpls;
   std::string source;
+  std::vector<std::string> time_formats;  // strftime_now's FORMAT literals in the source
 
   common_chat_params apply_common(const Request& r, const std::vector<Tool>& tools,
                                   common_chat_tool_choice choice) const {
@@ -218,6 +243,24 @@ struct Template::Impl {
       in.chat_template_kwargs.try_emplace("date_string", json(buf).dump());
       std::strftime(buf, sizeof(buf), "%b %d %Y", &tm);
       in.chat_template_kwargs.try_emplace("datetime", json(buf).dump());
+    }
+    if (!time_formats.empty()) {
+      // The clock in local time, as llama.cpp's strftime_now; a fixed time in UTC, as the
+      // date_string above, so a fixed time formats alike on every machine.
+      std::tm tm{};
+      if (r.now_unix >= 0) {
+        const std::time_t t = static_cast<std::time_t>(r.now_unix);
+        gmtime_r(&t, &tm);
+      } else {
+        const std::time_t t = std::time(nullptr);
+        localtime_r(&t, &tm);
+      }
+      json formatted = json::object();
+      for (const std::string& f : time_formats) {
+        char buf[128];
+        formatted[f] = std::strftime(buf, sizeof(buf), f.c_str(), &tm) > 0 ? buf : "";
+      }
+      in.chat_template_kwargs[kStrftimeVar] = formatted.dump();
     }
     in.json_schema = r.response_schema;
     in.now = std::chrono::system_clock::time_point(std::chrono::seconds(r.now_unix));
@@ -269,13 +312,15 @@ std::string Template::load_source(std::string_view name_or_file) {
 Template Template::make(const llama_model* model, const std::string& source, const std::string& bos,
                         const std::string& eos) {
   auto impl = std::make_unique<Impl>();
+  impl->time_formats = strftime_formats(source);
   try {
-    impl->tmpls = common_chat_templates_init(model, source, bos, eos);
+    impl->tmpls = common_chat_templates_init(
+        model, impl->time_formats.empty() ? source : with_fixed_clock(source), bos, eos);
   } catch (const std::exception& e) {
     throw ChatError(std::string("the chat template does not parse: ") + e.what());
   }
   if (!impl->tmpls) throw ChatError("the chat template could not be loaded");
-  impl->source = common_chat_templates_source(impl->tmpls.get());
+  impl->source = source;
   return Template(std::move(impl));
 }
 
