@@ -8,6 +8,7 @@ packages=(
   openssl                         # verifying the pinned llama.cpp tarball
   nlohmann-json3-dev              # JSON: schemas, payloads, benchmark output
   libcli11-dev                    # command-line parsing of the lacuna tool
+  libcpp-httplib-dev              # HTTP of `lacuna serve` (brings libssl-dev, zlib1g-dev, libbrotli-dev)
   libxxhash-dev                   # block hashes of the KV cache
   libsqlite3-dev                  # index of the persistent KV cache
   libgtest-dev libgmock-dev       # unit tests

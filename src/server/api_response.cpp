@@ -1,0 +1,117 @@
+// api_response.cpp — OpenAI response bodies and streamed deltas (api_response.h).
+#include "server/api_response.h"
+
+namespace lacuna::server {
+
+using json = nlohmann::json;
+
+chat::Message final_message(const chat::Prompt& prompt, const std::string& output) {
+  try {
+    return chat::parse(prompt, output, /*partial=*/false);
+  } catch (const chat::ChatError&) {
+  }
+  try {
+    chat::Message m = chat::parse(prompt, output, /*partial=*/true);
+    // A cut call's arguments are not a complete object: keep the text, not the call.
+    bool calls_ok = true;
+    for (const auto& c : m.tool_calls) {
+      if (!json::accept(c.arguments)) calls_ok = false;
+    }
+    if (calls_ok) return m;
+  } catch (const chat::ChatError&) {
+  }
+  chat::Message m;
+  m.role = "assistant";
+  m.content = output;
+  return m;
+}
+
+std::string finish_reason(StopReason stop, bool has_tool_calls) {
+  if (has_tool_calls) return "tool_calls";
+  switch (stop) {
+    case StopReason::max_tokens:
+    case StopReason::context_full:
+      return "length";
+    default:
+      return "stop";
+  }
+}
+
+json usage_json(const JobResult& r) {
+  return {{"prompt_tokens", r.prompt_tokens},
+          {"completion_tokens", r.completion_tokens},
+          {"total_tokens", r.prompt_tokens + r.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
+}
+
+json timings_json(const JobResult& r) {
+  const GenerationStats& s = r.stats;
+  return {{"queue_ms", r.queue_ms},
+          {"prefill_ms", r.prefill_ms},
+          {"ttft_ms", r.ttft_ms},
+          {"generate_ms", r.generate_ms},
+          {"prompt_tokens", r.prompt_tokens},
+          {"cached_tokens", r.cached_tokens},
+          {"predicted_n", r.completion_tokens},
+          {"predicted_per_second",
+           r.generate_ms > 0 && r.completion_tokens > 1
+               ? static_cast<double>(r.completion_tokens - 1) * 1000.0 / r.generate_ms
+               : 0.0},
+          {"decode_ms", s.decode_ms},
+          {"mask_ms", s.mask_ms},
+          {"sample_ms", s.sample_ms},
+          {"forward_passes", s.forward_passes},
+          {"tokens_skipped", s.tokens_skipped},
+          {"draft_accepted", s.draft_accepted},
+          {"stop", stop_reason_name(s.stop)}};
+}
+
+namespace {
+
+// The part of `now` after `sent` when `now` extends it; nothing otherwise (the parser has
+// taken back text it showed before: wait until it agrees again).
+std::optional<std::string> growth(const std::string& sent, const std::string& now) {
+  if (now.size() <= sent.size() || now.compare(0, sent.size(), sent) != 0) return std::nullopt;
+  return now.substr(sent.size());
+}
+
+}  // namespace
+
+std::vector<json> ChatStream::feed(const std::string& output, bool final) {
+  std::vector<json> out;
+  if (prompt_ == nullptr) return out;
+  chat::Message m;
+  if (final) {
+    m = final_message(*prompt_, output);
+  } else {
+    try {
+      m = chat::parse(*prompt_, output, /*partial=*/true);
+    } catch (const chat::ChatError&) {
+      return out;
+    }
+  }
+  if (auto g = growth(sent_reasoning_, m.reasoning_content)) {
+    out.push_back({{"reasoning_content", *g}});
+    sent_reasoning_ = m.reasoning_content;
+  }
+  if (auto g = growth(sent_content_, m.content)) {
+    out.push_back({{"content", *g}});
+    sent_content_ = m.content;
+  }
+  // Calls before the last are complete; the last one is complete at the end.
+  const size_t complete =
+      final ? m.tool_calls.size() : (m.tool_calls.empty() ? 0 : m.tool_calls.size() - 1);
+  for (; sent_calls_ < complete; ++sent_calls_) {
+    const chat::ToolCall& c = m.tool_calls[sent_calls_];
+    out.push_back(
+        {{"tool_calls",
+          json::array({{{"index", sent_calls_},
+                        {"id", c.id},
+                        {"type", "function"},
+                        {"function", {{"name", c.name}, {"arguments", c.arguments}}}}})}});
+  }
+  if (final) message_ = std::move(m);
+  return out;
+}
+
+}  // namespace lacuna::server

@@ -1,0 +1,563 @@
+// http_server.cpp — lacuna::server::Server: the HTTP routes (cpp-httplib's worker threads
+// parse, template, tokenize, compile constraints and format) in front of the Scheduler
+// thread that owns the runtime::Context (docs/server.md).
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "decode/constraint_factory.h"
+#include "lacuna/chat.h"
+#include "lacuna/kv.h"
+#include "lacuna/model.h"
+#include "lacuna/runtime.h"
+#include "lacuna/server.h"
+#include "server/api_request.h"
+#include "server/api_response.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+
+namespace lacuna::server {
+
+using json = nlohmann::json;
+
+namespace {
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  if (e.status == 503) res.set_header("Retry-After", "1");
+  res.set_content(error_body(e), "application/json");
+}
+
+std::string sse(const json& j) {
+  return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+int64_t unix_now() {
+  return static_cast<int64_t>(std::time(nullptr));
+}
+
+}  // namespace
+
+struct Server::Impl {
+  ServerOptions opt;
+  Model model;
+  std::optional<chat::Template> tmpl;
+  std::unique_ptr<runtime::Context> ctx;
+  Metrics metrics;
+  std::unique_ptr<Scheduler> scheduler;
+  httplib::Server http;
+  std::thread listener;
+  int port = 0;
+  std::string model_id;
+  int64_t created = unix_now();
+  std::atomic<uint64_t> next_id{1};
+  std::atomic<bool> stopped{false};
+  std::mutex stop_mu;
+
+  explicit Impl(ServerOptions o) : opt(std::move(o)), model(Model::load(opt.model_path)) {
+    if (opt.parallel == 0 || opt.parallel > 256) {
+      throw std::invalid_argument("--parallel must be between 1 and 256");
+    }
+    model_id = std::filesystem::path(opt.model_path).filename().string();
+    try {
+      tmpl.emplace(chat::Template::for_model(model.get(), opt.chat_template));
+    } catch (const chat::ChatError& e) {
+      // A model without a template still serves /v1/completions; chat gets a clear 400.
+      if (!opt.chat_template.empty()) throw;
+      std::fprintf(stderr, "lacuna serve: no chat template (%s); /v1/chat/completions is off\n",
+                   e.what());
+    }
+    runtime::ContextParams rp;
+    rp.kv = kv::KvConfig::from_env();
+    if (!opt.persist_dir.empty()) rp.kv.persist_dir = opt.persist_dir;
+    rp.decode = decode_options_from_env();
+    rp.n_ctx = opt.n_ctx;
+    rp.n_batch = opt.n_batch;
+    rp.n_ubatch = opt.n_batch;
+    rp.n_branches = static_cast<uint32_t>(opt.parallel);
+    rp.n_threads = opt.n_threads;
+    rp.n_threads_batch = opt.n_threads;
+    rp.model_path = opt.model_path;
+    ctx = std::make_unique<runtime::Context>(model, rp);
+    SchedulerOptions so;
+    so.parallel = opt.parallel;
+    so.queue = opt.queue;
+    so.prefill_chunk = opt.n_batch;
+    scheduler = std::make_unique<Scheduler>(*ctx, so, metrics);
+    routes();
+  }
+
+  ~Impl() { stop(); }
+
+  void stop() {
+    std::lock_guard<std::mutex> lock(stop_mu);
+    if (stopped.exchange(true)) return;
+    // Jobs end first (their handlers then return), then the listener and the workers.
+    scheduler->stop();
+    http.stop();
+    if (listener.joinable()) listener.join();
+  }
+
+  // ---- requests to jobs ----------------------------------------------------------------
+
+  struct Prepared {
+    std::shared_ptr<Job> job;
+    std::optional<chat::Prompt> prompt;  // chat: for parsing the output
+  };
+
+  std::unique_ptr<Constraint> extension_constraint(const GenRequest& g) {
+    if (!g.has_extension_constraint()) return nullptr;
+    const char* param = !g.grammar.empty() ? "grammar" : (!g.regex.empty() ? "regex" : "choices");
+    try {
+      std::string gbnf;
+      if (!g.grammar.empty()) {
+        gbnf = g.grammar;
+      } else if (!g.regex.empty()) {
+        decode::ConstraintSpec spec;
+        spec.regex = g.regex;
+        gbnf = decode::spec_to_gbnf(spec);
+      } else {
+        gbnf = decode::choices_to_gbnf(g.choices);
+      }
+      return decode::make_grammar_constraint(model.vocab_ptr(), gbnf, g.lazy_triggers);
+    } catch (const std::exception& e) {
+      throw ApiError(400, std::string("invalid ") + param + ": " + e.what(), param);
+    }
+  }
+
+  Prepared prepare(GenRequest& g) {
+    Prepared p;
+    auto job = std::make_shared<Job>();
+    const Vocab vocab = model.vocab();
+    std::unique_ptr<Constraint> constraint = extension_constraint(g);
+    std::vector<std::string> stops = g.stop;
+    if (g.kind == GenRequest::Kind::chat) {
+      if (!tmpl)
+        throw ApiError(400, "the model has no chat template; use /v1/completions", "messages");
+      chat::Prompt prompt;
+      try {
+        prompt = tmpl->apply(g.chat);
+        if (!constraint) constraint = chat::make_constraint(model.vocab_ptr(), prompt);
+      } catch (const chat::ChatError& e) {
+        throw ApiError(400, e.what(), e.pointer.empty() ? "" : e.pointer.substr(1));
+      } catch (const std::exception& e) {
+        throw ApiError(400, std::string("invalid request: ") + e.what(),
+                       g.chat.response_schema.empty() ? "tools" : "response_format");
+      }
+      job->prompt = chat::tokenize_prompt(model.vocab_ptr(), prompt.text);
+      stops.insert(stops.end(), prompt.stops.begin(), prompt.stops.end());
+      p.prompt = std::move(prompt);
+    } else {
+      job->prompt = tokenize(vocab, g.prompt, /*add_special=*/true, /*parse_special=*/true);
+    }
+    const size_t n_ctx = ctx->n_ctx();
+    if (job->prompt.empty()) throw ApiError(400, "the prompt has no tokens", "prompt");
+    if (job->prompt.size() + 1 > n_ctx) {
+      throw ApiError(400,
+                     "the prompt has " + std::to_string(job->prompt.size()) +
+                         " tokens; the context holds " + std::to_string(n_ctx),
+                     g.kind == GenRequest::Kind::chat ? "messages" : "prompt",
+                     "invalid_request_error", "context_length_exceeded");
+    }
+    runtime::BranchParams& bp = job->params;
+    bp.temp = g.temperature;
+    bp.top_p = g.top_p;
+    bp.top_k = g.top_k;
+    bp.min_p = g.min_p;
+    bp.seed = g.seed ? *g.seed : static_cast<uint32_t>(std::random_device{}());
+    const int64_t want = g.max_tokens > 0 ? g.max_tokens : opt.default_max_tokens;
+    bp.max_tokens = static_cast<size_t>(
+        std::min<int64_t>(want, static_cast<int64_t>(n_ctx - job->prompt.size())));
+    bp.stop_strings = std::move(stops);
+    job->constraint = std::move(constraint);
+    p.job = std::move(job);
+    return p;
+  }
+
+  void submit(const std::shared_ptr<Job>& job) {
+    switch (scheduler->submit(job)) {
+      case Scheduler::Submit::ok:
+        return;
+      case Scheduler::Submit::queue_full:
+        throw ApiError(503, "the server is busy: the queue is full; retry later", "", "server_busy",
+                       "queue_full");
+      case Scheduler::Submit::stopping:
+        throw ApiError(503, "the server is shutting down", "", "server_busy", "shutting_down");
+    }
+  }
+
+  // ---- generation endpoints ------------------------------------------------------------
+
+  void generate(const httplib::Request& req, httplib::Response& res, GenRequest::Kind kind) {
+    GenRequest g = kind == GenRequest::Kind::chat ? parse_chat_request(req.body)
+                                                  : parse_completion_request(req.body);
+    auto prepared = std::make_shared<Prepared>(prepare(g));
+    const std::shared_ptr<Job> job = prepared->job;
+    job->arrival = std::chrono::steady_clock::now();
+    submit(job);
+    const bool chat = kind == GenRequest::Kind::chat;
+    const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+    const int64_t created_at = unix_now();
+    const std::string object = chat ? "chat.completion" : "text_completion";
+
+    if (!g.stream) {
+      Job::Update u;
+      while (!u.ended) job->wait(u, std::chrono::milliseconds(200));
+      if (u.failed)
+        throw ApiError(u.error_status, u.error, "",
+                       u.error_status == 503 ? "server_busy" : "server_error");
+      json choice = {{"index", 0}, {"logprobs", nullptr}};
+      if (chat) {
+        const chat::Message m = final_message(*prepared->prompt, u.text);
+        choice["message"] = json::parse(chat::message_to_json(m));
+        choice["finish_reason"] = finish_reason(u.result.stop, !m.tool_calls.empty());
+      } else {
+        choice["text"] = u.text;
+        choice["finish_reason"] = finish_reason(u.result.stop, false);
+      }
+      json body = {{"id", id},
+                   {"object", object},
+                   {"created", created_at},
+                   {"model", model_id},
+                   {"system_fingerprint", "lacuna"},
+                   {"choices", json::array({choice})},
+                   {"usage", usage_json(u.result)},
+                   {"timings", timings_json(u.result)}};
+      send_json(res, 200, body);
+      return;
+    }
+
+    // Streaming: SSE chunks from this worker thread while the scheduler generates.
+    const bool include_usage = g.include_usage;
+    const std::string model_name = model_id;
+    auto stream = std::make_shared<ChatStream>(prepared->prompt ? &*prepared->prompt : nullptr);
+    auto state = std::make_shared<Job::Update>();
+    auto opened = std::make_shared<bool>(false);
+    auto chunk = [=](const json& delta_or_text, const json& finish) {
+      json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", nullptr}};
+      if (chat) {
+        choice["delta"] = delta_or_text;
+      } else {
+        choice["text"] = delta_or_text;
+      }
+      return json{{"id", id},
+                  {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                  {"created", created_at},
+                  {"model", model_name},
+                  {"system_fingerprint", "lacuna"},
+                  {"choices", json::array({choice})}};
+    };
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [=](size_t, httplib::DataSink& sink) -> bool {
+          auto write = [&](const std::string& s) {
+            if (!sink.write(s.data(), s.size())) {
+              job->cancel();
+              return false;
+            }
+            return true;
+          };
+          if (!*opened) {
+            *opened = true;
+            if (chat && !write(sse(chunk({{"role", "assistant"}, {"content", ""}}, nullptr)))) {
+              return false;
+            }
+          }
+          const size_t before = state->text.size();
+          job->wait(*state, std::chrono::milliseconds(200));
+          if (job->cancelled()) return false;
+          if (!state->ended) {
+            if (state->text.size() == before) return true;
+            if (chat) {
+              for (const json& d : stream->feed(state->text, false)) {
+                if (!write(sse(chunk(d, nullptr)))) return false;
+              }
+            } else if (!write(sse(chunk(state->text.substr(before), nullptr)))) {
+              return false;
+            }
+            return true;
+          }
+          if (state->failed) {
+            const ApiError e(state->error_status, state->error, "",
+                             state->error_status == 503 ? "server_busy" : "server_error");
+            if (!write("data: " + error_body(e) + "\n\n")) return false;
+          } else {
+            bool has_calls = false;
+            if (chat) {
+              for (const json& d : stream->feed(state->text, true)) {
+                if (!write(sse(chunk(d, nullptr)))) return false;
+              }
+              has_calls = !stream->message().tool_calls.empty();
+              if (!write(
+                      sse(chunk(json::object(), finish_reason(state->result.stop, has_calls))))) {
+                return false;
+              }
+            } else {
+              if (state->text.size() > before &&
+                  !write(sse(chunk(state->text.substr(before), nullptr)))) {
+                return false;
+              }
+              if (!write(sse(chunk("", finish_reason(state->result.stop, false))))) return false;
+            }
+            if (include_usage) {
+              json u = {{"id", id},
+                        {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                        {"created", created_at},
+                        {"model", model_name},
+                        {"choices", json::array()},
+                        {"usage", usage_json(state->result)},
+                        {"timings", timings_json(state->result)}};
+              if (!write(sse(u))) return false;
+            }
+          }
+          if (!write("data: [DONE]\n\n")) return false;
+          sink.done();
+          return true;
+        },
+        [job](bool success) {
+          if (!success) job->cancel();
+        });
+  }
+
+  // ---- other endpoints -----------------------------------------------------------------
+
+  static json parse_object(const std::string& body) {
+    json j;
+    try {
+      j = json::parse(body);
+    } catch (const json::exception& e) {
+      throw ApiError(400, std::string("the body is not valid JSON: ") + e.what());
+    }
+    if (!j.is_object()) throw ApiError(400, "the body must be a JSON object");
+    return j;
+  }
+
+  void tokenize_route(const httplib::Request& req, httplib::Response& res) {
+    const json j = parse_object(req.body);
+    if (!j.contains("content") || !j["content"].is_string()) {
+      throw ApiError(400, "\"content\" must be a string", "content");
+    }
+    auto flag = [&](const char* key, bool def) {
+      if (!j.contains(key)) return def;
+      if (!j[key].is_boolean())
+        throw ApiError(400, std::string("\"") + key + "\" must be a boolean", key);
+      return j[key].get<bool>();
+    };
+    const bool add_special = flag("add_special", false);
+    const bool parse_special = flag("parse_special", true);
+    const bool with_pieces = flag("with_pieces", false);
+    const Vocab vocab = model.vocab();
+    const std::vector<Token> toks =
+        tokenize(vocab, j["content"].get<std::string>(), add_special, parse_special);
+    json arr = json::array();
+    for (Token t : toks) {
+      if (with_pieces) {
+        arr.push_back({{"id", t}, {"piece", token_to_piece(vocab, t, true)}});
+      } else {
+        arr.push_back(t);
+      }
+    }
+    send_json(res, 200, {{"tokens", arr}});
+  }
+
+  void detokenize_route(const httplib::Request& req, httplib::Response& res) {
+    const json j = parse_object(req.body);
+    if (!j.contains("tokens") || !j["tokens"].is_array()) {
+      throw ApiError(400, "\"tokens\" must be an array of token ids", "tokens");
+    }
+    const Vocab vocab = model.vocab();
+    std::vector<Token> toks;
+    for (size_t i = 0; i < j["tokens"].size(); ++i) {
+      const json& t = j["tokens"][i];
+      if (!t.is_number_integer() || !vocab.valid(static_cast<Token>(t.get<int64_t>())) ||
+          t.get<int64_t>() != static_cast<Token>(t.get<int64_t>())) {
+        throw ApiError(400, "a token id outside the vocabulary", "tokens/" + std::to_string(i));
+      }
+      toks.push_back(static_cast<Token>(t.get<int64_t>()));
+    }
+    send_json(res, 200, {{"content", detokenize(vocab, toks, false, true)}});
+  }
+
+  void apply_template_route(const httplib::Request& req, httplib::Response& res) {
+    GenRequest g = parse_chat_request(req.body);
+    if (!tmpl) throw ApiError(400, "the model has no chat template", "messages");
+    try {
+      const chat::Prompt p = tmpl->apply(g.chat);
+      send_json(res, 200, {{"prompt", p.text}, {"format", p.format}});
+    } catch (const chat::ChatError& e) {
+      throw ApiError(400, e.what(), e.pointer.empty() ? "" : e.pointer.substr(1));
+    }
+  }
+
+  json model_json() const {
+    return {{"id", model_id},
+            {"object", "model"},
+            {"created", created},
+            {"owned_by", "lacuna"},
+            {"meta",
+             {{"architecture", model.architecture()},
+              {"n_params", model.n_params()},
+              {"size", model.size_bytes()},
+              {"n_ctx_train", model.n_ctx_train()},
+              {"n_ctx", ctx->n_ctx()},
+              {"n_vocab", model.vocab().n_vocab()},
+              {"parallel", opt.parallel}}}};
+  }
+
+  json slots_json() const {
+    json arr = json::array();
+    for (const SlotInfo& s : scheduler->slots()) {
+      arr.push_back({{"id", s.id},
+                     {"is_processing", s.busy},
+                     {"request", s.job},
+                     {"prompt_tokens", s.prompt_tokens},
+                     {"prefilled", s.prefilled},
+                     {"generated", s.generated}});
+    }
+    return arr;
+  }
+
+  // Every handler's ApiError becomes its status and body; anything else is the server's
+  // fault (500), counted and reported without taking the process down.
+  httplib::Server::Handler wrap(
+      std::function<void(const httplib::Request&, httplib::Response&)> f) {
+    return [this, f](const httplib::Request& req, httplib::Response& res) {
+      try {
+        f(req, res);
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      } catch (const std::exception& e) {
+        res.status = 500;
+        res.set_content(error_body(std::string("internal error: ") + e.what(), "server_error"),
+                        "application/json");
+      }
+    };
+  }
+
+  void routes() {
+    using Kind = GenRequest::Kind;
+    http.Post("/v1/chat/completions",
+              wrap([this](const auto& q, auto& r) { generate(q, r, Kind::chat); }));
+    http.Post("/chat/completions",
+              wrap([this](const auto& q, auto& r) { generate(q, r, Kind::chat); }));
+    http.Post("/v1/completions",
+              wrap([this](const auto& q, auto& r) { generate(q, r, Kind::completion); }));
+    http.Post("/completions",
+              wrap([this](const auto& q, auto& r) { generate(q, r, Kind::completion); }));
+    http.Post("/tokenize", wrap([this](const auto& q, auto& r) { tokenize_route(q, r); }));
+    http.Post("/detokenize", wrap([this](const auto& q, auto& r) { detokenize_route(q, r); }));
+    http.Post("/apply-template",
+              wrap([this](const auto& q, auto& r) { apply_template_route(q, r); }));
+    http.Post("/v1/embeddings", wrap([](const auto&, auto&) {
+                throw ApiError(501, "embeddings are not served yet", "", "not_implemented_error");
+              }));
+    http.Get("/v1/models", wrap([this](const auto&, auto& r) {
+               send_json(r, 200, {{"object", "list"}, {"data", json::array({model_json()})}});
+             }));
+    http.Get("/health", wrap([](const auto&, auto& r) { send_json(r, 200, {{"status", "ok"}}); }));
+    http.Get("/slots", wrap([this](const auto&, auto& r) { send_json(r, 200, slots_json()); }));
+    http.Get("/metrics", wrap([this](const auto&, auto& r) {
+               r.set_content(metrics.prometheus(), "text/plain; version=0.0.4");
+             }));
+
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (opt.api_key.empty() || req.path == "/health")
+        return httplib::Server::HandlerResponse::Unhandled;
+      const std::string auth = req.get_header_value("Authorization");
+      if (auth != "Bearer " + opt.api_key) {
+        send_error(res, ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", "",
+                                 "authentication_error", "invalid_api_key"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    // Responses httplib makes itself (404, 413, 400 for a bad request line) get the shape too.
+    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      std::string message = "error " + std::to_string(res.status);
+      std::string type = "invalid_request_error";
+      if (res.status == 404) {
+        message = "no route " + req.method + " " + req.path;
+        type = "not_found_error";
+      } else if (res.status == 413) {
+        message = "the request body is too large";
+      } else if (res.status == 405) {
+        message = "method " + req.method + " not allowed on " + req.path;
+      }
+      res.set_content(error_body(message, type), "application/json");
+    });
+    http.set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
+      metrics.count_response(res.status);
+    });
+    http.set_payload_max_length(opt.max_body);
+    http.set_read_timeout(opt.timeout_s, 0);
+    http.set_write_timeout(opt.timeout_s, 0);
+    const int threads =
+        opt.http_threads > 0
+            ? opt.http_threads
+            : static_cast<int>(std::min<size_t>(opt.parallel + opt.queue + 8, 1024));
+    http.new_task_queue = [threads] {
+      return new httplib::ThreadPool(static_cast<size_t>(threads));
+    };
+  }
+
+  void start() {
+    if (opt.port == 0) {
+      port = http.bind_to_any_port(opt.host);
+      if (port <= 0) throw std::runtime_error("cannot bind to " + opt.host);
+    } else {
+      if (!http.bind_to_port(opt.host, opt.port)) {
+        throw std::runtime_error("cannot bind to " + opt.host + ":" + std::to_string(opt.port));
+      }
+      port = opt.port;
+    }
+    scheduler->start();
+    listener = std::thread([this] { http.listen_after_bind(); });
+  }
+
+  std::string facts() const {
+    std::string s;
+    s += "model: " + opt.model_path + "\n";
+    s += "  " + model.description() + ", architecture " + model.architecture() + ", " +
+         std::to_string(model.n_params()) + " parameters, " +
+         std::to_string(model.size_bytes() >> 20) + " MiB, trained context " +
+         std::to_string(model.n_ctx_train()) + "\n";
+    s += "  context " + std::to_string(ctx->n_ctx()) + " cells, " + std::to_string(opt.parallel) +
+         " slots, queue " + std::to_string(opt.queue) + ", batch " + std::to_string(opt.n_batch) +
+         "\n";
+    s += std::string("  chat template: ") + (tmpl ? "yes" : "none") +
+         (ctx->persistent_store() ? ", persistent KV store: " + opt.persist_dir : "") + "\n";
+    return s;
+  }
+};
+
+Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Server::~Server() = default;
+void Server::start() {
+  impl_->start();
+}
+int Server::port() const {
+  return impl_->port;
+}
+std::string Server::facts() const {
+  return impl_->facts();
+}
+void Server::stop() {
+  impl_->stop();
+}
+
+}  // namespace lacuna::server

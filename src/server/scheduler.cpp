@@ -1,0 +1,324 @@
+// scheduler.cpp — the scheduler thread: admission from the bounded queue, chunked prefill
+// through the prefix cache, one BranchStore::step per iteration over every running branch,
+// results to the jobs (scheduler.h; the flow is in docs/server.md).
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <exception>
+#include <span>
+#include <stdexcept>
+
+namespace lacuna::server {
+
+namespace {
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+// ---- Job -------------------------------------------------------------------------------
+
+void Job::push_text(std::string_view text) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.append(text);
+  }
+  cv_.notify_all();
+}
+
+void Job::finish(const JobResult& result) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ended_) return;
+    ended_ = true;
+    result_ = result;
+  }
+  cv_.notify_all();
+}
+
+void Job::fail(int status, const std::string& message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ended_) return;
+    ended_ = true;
+    failed_ = true;
+    error_status_ = status;
+    error_ = message;
+  }
+  cv_.notify_all();
+}
+
+void Job::wait(Update& update, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return ended_ || !pending_.empty(); });
+  update.text += pending_;
+  pending_.clear();
+  if (ended_) {
+    update.ended = true;
+    update.failed = failed_;
+    update.error_status = error_status_;
+    update.error = error_;
+    update.result = result_;
+  }
+}
+
+// ---- Scheduler -------------------------------------------------------------------------
+
+Scheduler::Scheduler(runtime::Context& ctx, SchedulerOptions options, Metrics& metrics)
+    : ctx_(ctx), options_(options), metrics_(metrics) {
+  if (options_.parallel == 0) throw std::invalid_argument("parallel must be at least 1");
+  if (options_.parallel > ctx_.params().n_branches) {
+    throw std::invalid_argument("parallel exceeds the context's branches");
+  }
+  if (options_.prefill_chunk == 0) options_.prefill_chunk = ctx_.params().n_batch;
+  slot_busy_.assign(options_.parallel, false);
+  slots_.resize(options_.parallel);
+  for (size_t i = 0; i < slots_.size(); ++i) slots_[i].id = i;
+  metrics_.kv_cells_total = ctx_.n_ctx();
+}
+
+Scheduler::~Scheduler() {
+  stop();
+}
+
+void Scheduler::start() {
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Scheduler::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Scheduler::Submit Scheduler::submit(const std::shared_ptr<Job>& job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Submit::stopping;
+    if (queue_.size() >= options_.queue) return Submit::queue_full;
+    queue_.push_back(job);
+    metrics_.queue_depth = queue_.size();
+  }
+  cv_.notify_all();
+  return Submit::ok;
+}
+
+std::vector<SlotInfo> Scheduler::slots() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slots_;
+}
+
+size_t Scheduler::queue_depth() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
+void Scheduler::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !active_.empty(); });
+      if (stopping_) break;
+    }
+    admit();
+    drop_cancelled();
+    prefill_chunk();
+    step();
+    active_.erase(
+        std::remove_if(active_.begin(), active_.end(), [](const Active& a) { return !a.job; }),
+        active_.end());
+    metrics_.running = active_.size();
+    try {
+      metrics_.kv_cells_used = ctx_.store().kv_pressure().cells_used;
+    } catch (const std::exception&) {
+    }
+    publish_slots();
+  }
+  // Shutting down: every job still here ends with an error its client sees.
+  for (Active& a : active_) end(a, false, 503, "the server is shutting down");
+  active_.clear();
+  std::deque<std::shared_ptr<Job>> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(queue_);
+    metrics_.queue_depth = 0;
+  }
+  for (auto& job : left) job->fail(503, "the server is shutting down");
+  metrics_.running = 0;
+  publish_slots();
+}
+
+void Scheduler::admit() {
+  while (active_.size() < options_.parallel) {
+    std::shared_ptr<Job> job;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty()) break;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      metrics_.queue_depth = queue_.size();
+    }
+    if (job->cancelled()) {
+      ++metrics_.cancelled;
+      job->fail(499, "cancelled by the client");
+      continue;
+    }
+    Active a;
+    a.job = job;
+    a.id = next_id_++;
+    a.admitted = Clock::now();
+    metrics_.queue_wait.observe(ms_between(job->arrival, a.admitted) / 1000.0);
+    const auto free_slot = std::find(slot_busy_.begin(), slot_busy_.end(), false);
+    a.slot = static_cast<size_t>(free_slot - slot_busy_.begin());
+    try {
+      a.branch = ctx_.create_branch(job->params);
+      a.branch.set_constraint(std::move(job->constraint));
+    } catch (const std::exception& e) {
+      if (a.branch.valid()) a.branch.prune();
+      job->fail(503, std::string("no branch for the request: ") + e.what());
+      continue;
+    }
+    a.kv_before = a.branch.kv_stats();
+    *free_slot = true;
+    active_.push_back(std::move(a));
+  }
+}
+
+void Scheduler::drop_cancelled() {
+  for (Active& a : active_) {
+    if (a.job && a.job->cancelled()) {
+      ++metrics_.cancelled;
+      end(a, false, 499, "cancelled by the client");
+    }
+  }
+}
+
+void Scheduler::prefill_chunk() {
+  size_t budget = options_.prefill_chunk;
+  for (Active& a : active_) {
+    if (!a.job || a.running) continue;
+    const std::vector<Token>& prompt = a.job->prompt;
+    try {
+      // Grow the branch chunk by chunk; KV reused from its own prefix, the prefix cache or
+      // the persistent store costs no budget, so a cached prompt goes in at once.
+      while (budget > 0 && a.prefilled < prompt.size()) {
+        const size_t target = std::min(prompt.size(), a.prefilled + budget);
+        const uint64_t before = a.branch.kv_stats().tokens_recomputed;
+        a.branch.set_tokens(std::span<const Token>(prompt.data(), target));
+        const uint64_t spent = a.branch.kv_stats().tokens_recomputed - before;
+        budget -= std::min<uint64_t>(budget, spent);
+        a.prefilled = target;
+      }
+    } catch (const std::invalid_argument& e) {
+      end(a, false, 400, e.what());
+      continue;
+    } catch (const std::exception& e) {
+      end(a, false, 503, std::string("the prompt does not fit now: ") + e.what());
+      continue;
+    }
+    if (a.prefilled == prompt.size()) a.running = true;
+    if (budget == 0) break;
+  }
+}
+
+void Scheduler::step() {
+  std::vector<runtime::Branch> branches;
+  std::vector<Active*> owners;
+  for (Active& a : active_) {
+    if (a.job && a.running) {
+      branches.push_back(a.branch);
+      owners.push_back(&a);
+    }
+  }
+  if (branches.empty()) return;
+  bool batched = true;
+  try {
+    ctx_.store().step(branches);
+    ++metrics_.steps;
+  } catch (const std::exception&) {
+    batched = false;
+  }
+  const Clock::time_point now = Clock::now();
+  for (Active* a : owners) {
+    if (!batched) {
+      // Isolate the failure: each branch alone, so one bad request ends only itself.
+      try {
+        (void)a->branch.next();
+      } catch (const std::exception& e) {
+        end(*a, false, 500, std::string("decoding failed: ") + e.what());
+        continue;
+      }
+    }
+    const Step s = a->branch.generator().last_step();
+    if (!s.text.empty()) {
+      if (!a->got_text) {
+        a->got_text = true;
+        a->first_text = now;
+        metrics_.ttft.observe(ms_between(a->job->arrival, now) / 1000.0);
+      }
+      a->job->push_text(s.text);
+    }
+    if (s.done) end(*a, true);
+  }
+}
+
+void Scheduler::end(Active& a, bool ok, int status, const std::string& error) {
+  if (!a.job) return;
+  if (ok) {
+    const Generator& g = a.branch.generator();
+    const Clock::time_point now = Clock::now();
+    JobResult r;
+    r.stats = g.stats();
+    r.stop = r.stats.stop;
+    r.prompt_tokens = a.job->prompt.size();
+    const kv::KvStats& kv = a.branch.kv_stats();
+    r.cached_tokens = static_cast<size_t>(
+        std::min<uint64_t>(kv.tokens_reused - a.kv_before.tokens_reused, r.prompt_tokens));
+    r.completion_tokens = g.tokens().size();
+    r.queue_ms = ms_between(a.job->arrival, a.admitted);
+    r.ttft_ms =
+        a.got_text ? ms_between(a.job->arrival, a.first_text) : ms_between(a.job->arrival, now);
+    r.generate_ms = a.got_text ? ms_between(a.first_text, now) : 0.0;
+    r.prefill_ms = r.ttft_ms - r.queue_ms;
+    metrics_.prompt_tokens += r.prompt_tokens;
+    metrics_.cached_tokens += r.cached_tokens;
+    metrics_.completion_tokens += r.completion_tokens;
+    metrics_.forward_passes += r.stats.forward_passes;
+    if (r.completion_tokens > 1 && a.got_text) {
+      metrics_.per_token.observe(r.generate_ms / 1000.0 /
+                                 static_cast<double>(r.completion_tokens - 1));
+    }
+    a.job->finish(r);
+  } else {
+    a.job->fail(status, error);
+  }
+  try {
+    if (a.branch.valid()) a.branch.prune();
+  } catch (const std::exception&) {
+  }
+  slot_busy_[a.slot] = false;
+  a.job.reset();
+}
+
+void Scheduler::publish_slots() {
+  std::vector<SlotInfo> s(options_.parallel);
+  for (size_t i = 0; i < s.size(); ++i) s[i].id = i;
+  for (const Active& a : active_) {
+    if (!a.job) continue;
+    SlotInfo& info = s[a.slot];
+    info.busy = true;
+    info.job = a.id;
+    info.prompt_tokens = a.job->prompt.size();
+    info.prefilled = a.prefilled;
+    info.generated = a.running ? a.branch.generator().tokens().size() : 0;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  slots_ = std::move(s);
+}
+
+}  // namespace lacuna::server

@@ -1,0 +1,155 @@
+// scheduler.h — the one thread that owns the runtime::Context: a bounded queue of Jobs,
+// continuous batching over BranchStore (jobs join and leave between steps, prefill chunks
+// interleaved with decode steps), text deltas handed back to each Job's HTTP thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lacuna/generator.h"
+#include "lacuna/runtime.h"
+#include "server/metrics.h"
+
+namespace lacuna::server {
+
+using Clock = std::chrono::steady_clock;
+
+// What a finished generation reports.
+struct JobResult {
+  StopReason stop = StopReason::none;
+  GenerationStats stats;
+  size_t prompt_tokens = 0;
+  size_t cached_tokens = 0;  // prompt tokens whose KV was reused (prefix cache, own, disk)
+  size_t completion_tokens = 0;
+  double queue_ms = 0;     // arrival to admission
+  double prefill_ms = 0;   // admission to the prompt's logits (chunks and others' steps included)
+  double ttft_ms = 0;      // arrival to the first generated text
+  double generate_ms = 0;  // first token to the last
+};
+
+// One request on its way through the scheduler. The HTTP thread fills the inputs, submits
+// it, then waits for updates; the scheduler thread writes the outputs. Shared by both.
+class Job {
+ public:
+  // Inputs (set before submit, then read by the scheduler only).
+  std::vector<Token> prompt;
+  runtime::BranchParams params;
+  std::unique_ptr<Constraint> constraint;
+  Clock::time_point arrival = Clock::now();
+
+  // Either thread: the client is gone or the server stops. Seen at the next step.
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+  // Scheduler side.
+  void push_text(std::string_view text);
+  void finish(const JobResult& result);
+  void fail(int status, const std::string& message);
+
+  // HTTP side: waits up to `timeout` for news; moves new text into `text` (appended) and
+  // returns true once the job has ended (then `result` or `error` is final).
+  struct Update {
+    std::string text;
+    bool ended = false;
+    bool failed = false;
+    int error_status = 0;
+    std::string error;
+    JobResult result;
+  };
+  void wait(Update& update, std::chrono::milliseconds timeout);
+
+ private:
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string pending_;
+  bool ended_ = false;
+  bool failed_ = false;
+  int error_status_ = 0;
+  std::string error_;
+  JobResult result_;
+};
+
+struct SchedulerOptions {
+  size_t parallel = 4;         // branches decoding at once (slots)
+  size_t queue = 64;           // jobs waiting for a slot
+  size_t prefill_chunk = 512;  // new prompt tokens decoded per loop iteration
+};
+
+// What a slot is doing (GET /slots).
+struct SlotInfo {
+  size_t id = 0;
+  bool busy = false;
+  uint64_t job = 0;
+  size_t prompt_tokens = 0;
+  size_t prefilled = 0;
+  size_t generated = 0;
+};
+
+class Scheduler {
+ public:
+  // `ctx` must outlive the scheduler; from start() to stop() only the scheduler thread uses
+  // it. Its n_branches must be at least options.parallel.
+  Scheduler(runtime::Context& ctx, SchedulerOptions options, Metrics& metrics);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  void start();
+  // Ends the loop: queued and running jobs fail with 503 ("the server is shutting down"),
+  // then the thread is joined. Idempotent.
+  void stop();
+
+  enum class Submit { ok, queue_full, stopping };
+  Submit submit(const std::shared_ptr<Job>& job);
+
+  std::vector<SlotInfo> slots() const;
+  size_t queue_depth() const;
+
+ private:
+  struct Active {
+    std::shared_ptr<Job> job;
+    runtime::Branch branch;
+    size_t slot = 0;
+    uint64_t id = 0;
+    size_t prefilled = 0;  // prompt tokens the branch holds
+    bool running = false;  // the prompt is in, generating
+    kv::KvStats kv_before;
+    Clock::time_point admitted;
+    Clock::time_point first_text;
+    bool got_text = false;
+  };
+  void loop();
+  void admit();
+  void drop_cancelled();
+  void prefill_chunk();
+  void step();
+  void end(Active& a, bool ok, int status = 0, const std::string& error = {});
+  void publish_slots();
+
+  runtime::Context& ctx_;
+  SchedulerOptions options_;
+  Metrics& metrics_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool stopping_ = false;
+  std::vector<SlotInfo> slots_;  // published copy for readers
+
+  // Scheduler thread only.
+  std::vector<Active> active_;
+  std::vector<bool> slot_busy_;
+  uint64_t next_id_ = 1;
+  std::thread thread_;
+};
+
+}  // namespace lacuna::server
