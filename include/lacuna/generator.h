@@ -127,11 +127,17 @@ struct DecodeOptions {
   // observations come in.
   double prior_accept_rate = 0.5;
   double prior_weight = 2.0;
+  // Backend sampling (LACUNA_BACKEND_SAMPLING=1, off by default; docs/backend_sampling.md):
+  // the constraint's mask and the sampler chain run inside llama.cpp's graph and only the
+  // sampled token comes back. Where the backend refuses the chain, the generator samples on
+  // the CPU (one line on stderr says so).
+  bool backend_sampling = false;
 };
 
 // The compiled-in defaults (CMake options LACUNA_DECODE_SKIP/VERIFY/JUMP), then the
 // environment: LACUNA_SKIP, LACUNA_VERIFY, LACUNA_JUMP = 0/1, LACUNA_MAX_DRAFT = N,
-// LACUNA_DRAFT = adaptive/always, LACUNA_MEASURE_COST = 0/1, LACUNA_SPLIT = 0/1.
+// LACUNA_DRAFT = adaptive/always, LACUNA_MEASURE_COST = 0/1, LACUNA_SPLIT = 0/1,
+// LACUNA_BACKEND_SAMPLING = 0/1.
 // Throws std::invalid_argument for a malformed value.
 DecodeOptions decode_options_from_env();
 DecodeOptions decode_options_from_env(DecodeOptions base);
@@ -300,7 +306,10 @@ class Generator {
   size_t surprisal_count() const { return surprisal_count_; }
   // Track the surprisal of tokens picked in next()/step_many() (off by default: one
   // log-sum-exp over the vocabulary per sampled token). commit() always counts it.
-  void set_track_surprisal(bool on) { track_surprisal_ = on; }
+  // Needs the logits on the host: turns backend sampling off for this generator.
+  void set_track_surprisal(bool on);
+  // Whether this generator's sampler chain runs inside llama.cpp's graph now.
+  bool backend_sampling() const { return backend_chain_ != nullptr; }
   llama_seq_id seq() const { return config_.seq; }
   llama_context* context() const { return ctx_; }
 
@@ -351,7 +360,8 @@ class Generator {
   Token first_allowed() const;
   // Picks a token at the position whose logits are given. draft >= 0: apply the
   // verification rule for that draft token. Changes nothing but the RNG and the mask cache.
-  Pick pick(const float* logits, Token draft);
+  // With backend sampling, `backend_token` is the graph's pick there (logits unused).
+  Pick pick(const float* logits, Token draft, Token backend_token = LLAMA_TOKEN_NULL);
   Token argmax(const float* logits, bool masked) const;
   Token sample_temp(const float* logits, bool masked, Token draft, bool& accepted);
   const float* biased(const float* logits);
@@ -361,6 +371,14 @@ class Generator {
   void make_drafts(std::string_view forced, std::vector<Token>& drafts);
   size_t append_piece(Token token);
   void build_samplers();
+  // Backend sampling: the chain (staged mask, logit bias, top-k/top-p/min-p/temperature and
+  // dist, or greedy; a token-only tail) for config_.seq, attached with llama_set_sampler.
+  // `chain` null: built from the config. Falls back to the CPU with a notice on refusal.
+  void attach_backend(llama_sampler* chain);
+  void detach_backend();
+  // Stages the masks of this sequence's output rows of the next llama_decode: the current
+  // position's, then (drafts) the one after each draft token.
+  void stage_backend_rows(std::span<const Token> drafts);
 
   llama_context* ctx_;
   const llama_vocab* vocab_;
@@ -382,7 +400,12 @@ class Generator {
   llama_sampler* dist_ = nullptr;   // the seeded draw
   std::mt19937 accept_rng_;         // uniform draws for speculative acceptance
   std::vector<llama_logit_bias> bias_;
-  std::vector<float> biased_;  // scratch: logits with the bias added
+  std::vector<float> biased_;                // scratch: logits with the bias added
+  llama_sampler* backend_chain_ = nullptr;   // attached to ctx_ for config_.seq (owned)
+  llama_sampler* backend_staged_ = nullptr;  // its first member: the staged masks
+  size_t backend_rows_max_ = 1;              // outputs per llama_decode for the sequence
+  Token backend_token_ = LLAMA_TOKEN_NULL;   // the graph's pick at the current position
+  std::vector<uint32_t> backend_masks_;      // scratch: staged masks
 
   llama_pos n_past_ = 0;
   llama_pos history_base_ = 0;

@@ -70,6 +70,7 @@ DecodeOptions decode_options_from_env(DecodeOptions base) {
   read_count("LACUNA_MAX_DRAFT", base.max_draft, 0, 4096);
   read_switch("LACUNA_MEASURE_COST", base.measure_cost);
   read_switch("LACUNA_SPLIT", base.split_pending);
+  read_switch("LACUNA_BACKEND_SAMPLING", base.backend_sampling);
   if (const char* raw = std::getenv("LACUNA_DRAFT"); raw != nullptr && raw[0] != '\0') {
     const std::string v = raw;
     if (v == "adaptive") {

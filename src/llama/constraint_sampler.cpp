@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "lacuna/sampler.h"
+#include "llama/backend_mask.h"
 
 namespace lacuna {
 namespace {
@@ -20,6 +21,10 @@ struct SamplerState {
   bool mask_clean = true;      // all zero (the list path relies on it)
   std::mt19937 rng;
   ConstraintSamplerStatus status;
+  // Backend sampling (docs/backend_sampling.md): the mask in the graph, made from the
+  // constraint's state when llama.cpp sets the graph's inputs.
+  std::unique_ptr<backend::MaskGraph> graph;
+  std::vector<uint32_t> backend_mask;
 
   SamplerState(std::unique_ptr<Constraint> c, ConstraintSamplerParams p)
       : constraint(std::move(c)), params(std::move(p)), rng(params.seed) {
@@ -210,6 +215,69 @@ void iface_free(llama_sampler* smpl) {
   delete state_of(smpl);
 }
 
+// ---- backend sampling: the constraint's mask applied inside llama.cpp's graph ----------
+
+// One output row per sequence only: the mask of a second row depends on the token sampled
+// in the first, which the graph chooses. A kDist selector (its own top-p and RNG) stays on
+// the CPU; kGreedy becomes an argmax in the graph.
+bool iface_backend_init(llama_sampler* smpl, ggml_backend_buffer_type_t buft, uint32_t n_out) {
+  SamplerState& s = *state_of(smpl);
+  if (n_out > 1 || s.params.selector == Selector::kDist) return false;
+  s.graph = std::make_unique<backend::MaskGraph>(s.constraint->n_vocab());
+  if (!s.graph->init(buft)) {
+    s.graph.reset();
+    return false;
+  }
+  s.backend_mask.assign(bitmask_words(s.constraint->n_vocab()), 0u);
+  return true;
+}
+
+void iface_backend_apply(llama_sampler* smpl, ggml_context* ctx, ggml_cgraph*,
+                         llama_sampler_data* data) {
+  SamplerState& s = *state_of(smpl);
+  if (!s.graph) return;
+  data->logits = s.graph->apply(ctx, data->logits, data->candidates);
+  if (s.params.selector == Selector::kGreedy) {
+    ggml_tensor* flat = ggml_reshape_1d(ctx, data->logits, ggml_nelements(data->logits));
+    ggml_tensor* best = ggml_argmax(ctx, flat);
+    if (data->candidates != nullptr) {
+      ggml_tensor* ids =
+          ggml_reshape_2d(ctx, data->candidates, 1, ggml_nelements(data->candidates));
+      best = ggml_get_rows(ctx, ids, best);
+    }
+    data->sampled = best;
+  }
+}
+
+// Before the graph runs: the mask of the constraint's current state (every token while a
+// lazy constraint waits for its trigger).
+void iface_backend_set_input(llama_sampler* smpl) {
+  SamplerState& s = *state_of(smpl);
+  if (!s.graph) return;
+  AllowedTokens a;
+  if (s.sparse != nullptr) a = s.sparse->allowed_tokens();
+  const bool all = a.kind == AllowedTokens::Kind::kAll && s.sparse != nullptr;
+  if (!all) s.constraint->fill_next_token_bitmask(s.backend_mask.data());
+  for (size_t i = 0; i < s.graph->n_inputs(); ++i) {
+    s.graph->upload(i, all ? nullptr : s.backend_mask.data());
+  }
+}
+
+void iface_backend_reset(llama_sampler* smpl) {
+  SamplerState& s = *state_of(smpl);
+  if (s.graph) s.graph->reset();
+}
+
+// The constraint's state, RNG and error state; the graph inputs stay dst's.
+void iface_copy_state(const llama_sampler* src, llama_sampler* dst) {
+  const SamplerState& a = *state_of(src);
+  SamplerState& b = *state_of(dst);
+  b.constraint = a.constraint->fork();
+  b.sparse = dynamic_cast<SparseAllowed*>(b.constraint.get());
+  b.rng = a.rng;
+  b.status = a.status;
+}
+
 llama_sampler_i make_iface() {
   llama_sampler_i i{};
   i.name = iface_name;
@@ -218,13 +286,12 @@ llama_sampler_i make_iface() {
   i.reset = iface_reset;
   i.clone = iface_clone;
   i.free = iface_free;
-  // Backend (in-graph) sampling members stay NULL: this sampler runs on the CPU.
-  i.backend_init = nullptr;
-  i.backend_accept = nullptr;
-  i.backend_apply = nullptr;
-  i.backend_set_input = nullptr;
-  i.backend_reset = nullptr;
-  i.copy_state = nullptr;
+  i.backend_init = iface_backend_init;
+  i.backend_accept = nullptr;  // llama.cpp 0.5.0 never calls it: accept() advances the constraint
+  i.backend_apply = iface_backend_apply;
+  i.backend_set_input = iface_backend_set_input;
+  i.backend_reset = iface_backend_reset;
+  i.copy_state = iface_copy_state;
   return i;
 }
 

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "decode/forced_string.h"
+#include "llama/backend_mask.h"
 #include "runtime/decode_parts.h"
 
 namespace lacuna {
@@ -77,6 +78,7 @@ Generator::Generator(llama_context* ctx, GeneratorConfig config,
 }
 
 Generator::~Generator() {
+  detach_backend();
   if (batch_.token != nullptr) llama_batch_free(batch_);
   if (shape_ != nullptr) llama_sampler_free(shape_);
   if (dist_ != nullptr) llama_sampler_free(dist_);
@@ -98,6 +100,104 @@ void Generator::build_samplers() {
     dist_ = llama_sampler_init_dist(config_.seed);
   }
   accept_rng_.seed(config_.seed ^ 0x5bd1e995u);
+  if (config_.decode.backend_sampling && !track_surprisal_) {
+    attach_backend(nullptr);
+  } else {
+    detach_backend();
+  }
+}
+
+void Generator::set_track_surprisal(bool on) {
+  track_surprisal_ = on;
+  if (on && backend_chain_ != nullptr) {
+    std::fprintf(stderr,
+                 "lacuna: surprisal tracking needs the logits on the host; sequence %d samples "
+                 "on the CPU\n",
+                 config_.seq);
+    detach_backend();
+  }
+}
+
+void Generator::detach_backend() {
+  if (backend_chain_ == nullptr) return;
+  llama_set_sampler(ctx_, config_.seq, nullptr);
+  llama_sampler_free(backend_chain_);
+  backend_chain_ = nullptr;
+  backend_staged_ = nullptr;
+  backend_rows_max_ = 1;
+  backend_token_ = LLAMA_TOKEN_NULL;
+}
+
+void Generator::attach_backend(llama_sampler* chain) {
+  detach_backend();
+  if (chain == nullptr) {
+    chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
+    llama_sampler_chain_add(chain,
+                            backend::make_staged_mask_sampler(static_cast<size_t>(n_vocab_)));
+    if (!bias_.empty()) {
+      llama_sampler_chain_add(
+          chain, llama_sampler_init_logit_bias(n_vocab_, static_cast<int32_t>(bias_.size()),
+                                               bias_.data()));
+    }
+    if (config_.temp > 0) {
+      if (config_.top_k > 0)
+        llama_sampler_chain_add(chain, llama_sampler_init_top_k(config_.top_k));
+      if (config_.top_p < 1.0f)
+        llama_sampler_chain_add(chain, llama_sampler_init_top_p(config_.top_p, 1));
+      if (config_.min_p > 0)
+        llama_sampler_chain_add(chain, llama_sampler_init_min_p(config_.min_p, 1));
+      llama_sampler_chain_add(chain, llama_sampler_init_temp(config_.temp));
+      llama_sampler_chain_add(chain, llama_sampler_init_dist(config_.seed));
+    } else {
+      llama_sampler_chain_add(chain, llama_sampler_init_greedy());
+    }
+    llama_sampler_chain_add(chain, backend::make_token_only_sampler());
+  }
+  const int32_t n = llama_sampler_chain_n(chain);
+  llama_sampler* staged = llama_sampler_chain_get(chain, 0);
+  llama_sampler* tail = llama_sampler_chain_get(chain, n - 1);
+  // The token-only tail is initialized only when every member before it runs on the backend.
+  if (!llama_set_sampler(ctx_, config_.seq, chain) || !backend::backend_active(staged) ||
+      !backend::token_only_active(tail)) {
+    llama_set_sampler(ctx_, config_.seq, nullptr);
+    llama_sampler_free(chain);
+    std::fprintf(stderr,
+                 "lacuna: the backend cannot run the sampler chain of sequence %d; sampling on "
+                 "the CPU\n",
+                 config_.seq);
+    return;
+  }
+  backend_chain_ = chain;
+  backend_staged_ = staged;
+  backend_rows_max_ = std::max<size_t>(1, backend::backend_max_outputs(staged));
+}
+
+void Generator::stage_backend_rows(std::span<const Token> drafts) {
+  if (backend_chain_ == nullptr) return;
+  if (!constraint_) {
+    backend::stage_masks(backend_staged_, {});
+    return;
+  }
+  const auto t0 = Clock::now();
+  size_t n_allowed = 0;
+  size_t n_non_eog = 0;
+  ensure_mask(n_allowed, n_non_eog);
+  const size_t words = mask_.size();
+  backend_masks_.resize(words * (1 + drafts.size()));
+  std::copy(mask_.begin(), mask_.end(), backend_masks_.begin());
+  size_t ok = 0;
+  for (size_t k = 0; k < drafts.size(); ++k) {
+    if (!constraint_->accept_token(drafts[k])) break;
+    ++ok;
+    constraint_->fill_next_token_bitmask(backend_masks_.data() + (k + 1) * words);
+  }
+  if (ok > 0 && !constraint_->rollback(ok)) {
+    throw std::logic_error("Generator: the constraint cannot roll back " + std::to_string(ok) +
+                           " draft tokens");
+  }
+  backend::stage_masks(backend_staged_,
+                       std::span<const uint32_t>(backend_masks_.data(), words * (1 + ok)));
+  stats_.mask_ms += ms_between(t0, Clock::now());
 }
 
 std::unique_ptr<Generator> Generator::fork(llama_seq_id seq) const {
@@ -154,6 +254,11 @@ Generator::Generator(const Generator& o, llama_seq_id seq)
   config_.seq = seq;
   drafts_.reserve(config_.decode.max_draft + 1);
   step_tokens_.reserve(config_.decode.max_forced + config_.decode.max_draft + 2);
+  if (o.backend_chain_ != nullptr) {
+    // Sampler state (the seeded draw's RNG) copied; attached to the new sequence.
+    attach_backend(llama_sampler_clone(o.backend_chain_));
+    backend_token_ = o.backend_token_;
+  }
 }
 
 void Generator::check_token(Token t, const char* what) const {
@@ -219,7 +324,9 @@ void Generator::set_logit_bias(std::vector<llama_logit_bias> bias) {
     check_token(b.token, "logit bias");
     if (std::isnan(b.bias)) throw std::invalid_argument("logit bias: NaN bias");
   }
+  const bool rebuild = backend_chain_ != nullptr && !(bias_.empty() && bias.empty());
   bias_ = std::move(bias);
+  if (rebuild) attach_backend(nullptr);
 }
 
 void Generator::set_stop_strings(std::vector<std::string> stop_strings) {
@@ -266,7 +373,7 @@ void Generator::snapshot_logits(const float* logits) {
 }
 
 const float* Generator::logits() const {
-  return logits_valid_ && logits_ ? logits_->data() : nullptr;
+  return logits_valid_ && logits_ && backend_chain_ == nullptr ? logits_->data() : nullptr;
 }
 
 void Generator::start_generation(std::span<const Token> prompt) {
@@ -276,7 +383,8 @@ void Generator::start_generation(std::span<const Token> prompt) {
   const auto t_begin = Clock::now();
   const bool cost_used = (opt.verify_strings && opt.draft_policy == DraftPolicy::adaptive) ||
                          (opt.skip_forced && opt.split_pending);
-  if (opt.measure_cost && cost_used && !cost_measured_) {
+  // With backend sampling a decode may carry one output row per sequence only: no measurement.
+  if (opt.measure_cost && cost_used && !cost_measured_ && backend_chain_ == nullptr) {
     // Before the prompt is decoded: the measurement overwrites the context's logits. Cached
     // per process, model and thread count, so only the first generator pays for it (counted
     // in its prefill_ms).
@@ -360,6 +468,13 @@ void Generator::prefill(std::span<const Token> prompt) {
 void Generator::after_prefill(size_t n_decoded, int32_t out0) {
   n_past_ += static_cast<llama_pos>(n_decoded);
   pending_.clear();
+  if (backend_chain_ != nullptr) {
+    backend_token_ = llama_get_sampled_token_ith(ctx_, out0);
+    if (backend_token_ == LLAMA_TOKEN_NULL)
+      throw std::runtime_error("Generator: the backend sampled no token");
+    logits_valid_ = true;
+    return;
+  }
   snapshot_logits(llama_get_logits_ith(ctx_, out0));
 }
 
@@ -387,6 +502,7 @@ void Generator::prefill_many(std::span<Generator* const> gens,
   for (size_t i = 0; i < gens.size(); ++i) {
     Generator& g = *gens[i];
     g.start_generation(prompts[i]);
+    g.stage_backend_rows({});
     parts[i] = runtime::Part{g.config_.seq, g.n_past_, g.pending_, 1};
   }
   Generator& g0 = *gens[0];
@@ -446,8 +562,11 @@ void Generator::commit_many(std::span<Generator* const> gens, std::span<const To
     Generator& g = *gens[i];
     g.step_tokens_.clear();
     g.step_text_begin_ = g.text_.size();
-    if (g.logits_valid_) g.count_surprisal(g.logits_->data(), tokens[i]);
+    if (g.logits_valid_ && g.backend_chain_ == nullptr) {
+      g.count_surprisal(g.logits_->data(), tokens[i]);
+    }
     g.emit(tokens[i], false);
+    g.stage_backend_rows({});
     parts[i] = runtime::Part{g.config_.seq, g.n_past_, g.pending_, 1};
   }
   Generator& g0 = *gens[0];
@@ -485,6 +604,7 @@ void Generator::extend(std::span<const Token> tokens, const Shared& shared) {
   pending_.insert(pending_.end(), tokens.begin(), tokens.end());
   history_.insert(history_.end(), tokens.begin(), tokens.end());
   logits_valid_ = false;
+  stage_backend_rows({});
   runtime::Part part{config_.seq, n_past_, pending_, 1};
   const int32_t rc = runtime::decode_parts(
       ctx_, shared_batch(shared, batch_, n_batch_), n_batch_, std::span<runtime::Part>(&part, 1),
@@ -507,7 +627,8 @@ Token Generator::produce() {
     throw std::logic_error(
         "Generator::produce: no logits at the current position (commit a token)");
   }
-  const Pick p = pick(logits_->data(), LLAMA_TOKEN_NULL);
+  const Pick p = backend_chain_ != nullptr ? pick(nullptr, LLAMA_TOKEN_NULL, backend_token_)
+                                           : pick(logits_->data(), LLAMA_TOKEN_NULL);
   return p.token;
 }
 
@@ -673,7 +794,7 @@ StopReason Generator::nothing_allowed_reason() const {
              : StopReason::constraint_dead_end;
 }
 
-Generator::Pick Generator::pick(const float* logits, Token draft) {
+Generator::Pick Generator::pick(const float* logits, Token draft, Token backend_token) {
   Pick p;
   bool masked = false;
   if (constraint_) {
@@ -698,12 +819,22 @@ Generator::Pick Generator::pick(const float* logits, Token draft) {
     masked = true;
   }
   const auto t0 = Clock::now();
-  const float* l = biased(logits);
-  if (config_.temp <= 0) {
-    p.token = argmax(l, masked);
-    p.accepted = p.token == draft;
+  if (backend_chain_ != nullptr) {
+    // The graph sampled this position with its mask (staged before the pass). A draft is kept
+    // when the graph's own draw equals it: the emitted token is always a draw from the
+    // position's masked, shaped distribution (greedy: its argmax), so the output is
+    // distributed as the plain path's.
+    p.token = backend_token;
+    p.accepted = p.token != LLAMA_TOKEN_NULL && p.token == draft;
+    if (p.token != LLAMA_TOKEN_NULL) llama_sampler_accept(backend_chain_, p.token);
   } else {
-    p.token = sample_temp(l, masked, draft, p.accepted);
+    const float* l = biased(logits);
+    if (config_.temp <= 0) {
+      p.token = argmax(l, masked);
+      p.accepted = p.token == draft;
+    } else {
+      p.token = sample_temp(l, masked, draft, p.accepted);
+    }
   }
   stats_.sample_ms += ms_between(t0, Clock::now());
   if (p.token == LLAMA_TOKEN_NULL) {
@@ -893,6 +1024,8 @@ Generator::Plan Generator::plan(bool alone) {
       limit = 0;
     }
     if (opt.draft_policy == DraftPolicy::always) limit = std::min(limit, draft_len_);
+    // Backend sampling: the context's outputs per sequence bound the rows of one pass.
+    if (backend_chain_ != nullptr) limit = std::min(limit, backend_rows_max_ - 1);
     if (!drafts_.empty()) {
       const Token first = drafts_[0];
       if (drafts_.size() > limit) drafts_.resize(limit);
@@ -921,6 +1054,7 @@ Generator::Plan Generator::plan(bool alone) {
   }
   part_tokens_.assign(pending_.begin(), pending_.end());
   part_tokens_.insert(part_tokens_.end(), drafts_.begin(), drafts_.end());
+  stage_backend_rows(drafts_);
   return Plan::decode;
 }
 
@@ -943,12 +1077,19 @@ void Generator::take_outputs(int32_t out0, bool live) {
   const size_t n_draft = live ? drafts_.size() : 0;
   const DecodeOptions& opt = config_.decode;
   for (;;) {
-    const float* logits = live ? llama_get_logits_ith(ctx_, out0 + static_cast<int32_t>(k))
-                               : (logits_ ? logits_->data() : nullptr);
-    if (logits == nullptr)
-      throw std::runtime_error("Generator: no logits for the current position");
     const Token draft = k < n_draft ? drafts_[k] : LLAMA_TOKEN_NULL;
-    const Pick p = pick(logits, draft);
+    const float* logits = nullptr;
+    Token sampled = LLAMA_TOKEN_NULL;
+    if (backend_chain_ != nullptr) {
+      sampled =
+          live ? llama_get_sampled_token_ith(ctx_, out0 + static_cast<int32_t>(k)) : backend_token_;
+    } else {
+      logits = live ? llama_get_logits_ith(ctx_, out0 + static_cast<int32_t>(k))
+                    : (logits_ ? logits_->data() : nullptr);
+      if (logits == nullptr)
+        throw std::runtime_error("Generator: no logits for the current position");
+    }
+    const Pick p = pick(logits, draft, sampled);
     if (p.stop != StopReason::none) {
       finish(p.stop);
       break;
@@ -958,7 +1099,7 @@ void Generator::take_outputs(int32_t out0, bool live) {
       accept_trials_ += 1;
       if (p.accepted || t == undrafted_) accept_hits_ += 1;
     }
-    if (track_surprisal_) count_surprisal(logits, t);
+    if (track_surprisal_ && logits != nullptr) count_surprisal(logits, t);
     if (p.accepted && draft != LLAMA_TOKEN_NULL) {
       ++stats_.draft_accepted;
       ++k;
