@@ -5,7 +5,21 @@ namespace lacuna::server {
 
 using json = nlohmann::json;
 
-chat::Message final_message(const chat::Prompt& prompt, const std::string& output) {
+namespace {
+
+bool plain_answer(const chat::Prompt& prompt, bool has_tools) {
+  return !has_tools && prompt.thinking_start.empty() && !prompt.thinking_open;
+}
+
+}  // namespace
+
+chat::Message final_message(const chat::Prompt& prompt, bool has_tools, const std::string& output) {
+  if (plain_answer(prompt, has_tools)) {
+    chat::Message m;
+    m.role = "assistant";
+    m.content = output;
+    return m;
+  }
   try {
     return chat::parse(prompt, output, /*partial=*/false);
   } catch (const chat::ChatError&) {
@@ -24,6 +38,22 @@ chat::Message final_message(const chat::Prompt& prompt, const std::string& outpu
   m.role = "assistant";
   m.content = output;
   return m;
+}
+
+json message_json(const chat::Message& m) {
+  json j = {{"role", "assistant"}};
+  j["content"] = m.content.empty() && !m.tool_calls.empty() ? json(nullptr) : json(m.content);
+  if (!m.reasoning_content.empty()) j["reasoning_content"] = m.reasoning_content;
+  if (!m.tool_calls.empty()) {
+    json calls = json::array();
+    for (const chat::ToolCall& c : m.tool_calls) {
+      calls.push_back({{"id", c.id},
+                       {"type", "function"},
+                       {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    }
+    j["tool_calls"] = std::move(calls);
+  }
+  return j;
 }
 
 std::string finish_reason(StopReason stop, bool has_tool_calls) {
@@ -66,6 +96,24 @@ json timings_json(const JobResult& r) {
           {"stop", stop_reason_name(s.stop)}};
 }
 
+size_t utf8_complete_prefix(std::string_view text) {
+  const size_t n = text.size();
+  for (size_t back = 1; back <= 3 && back <= n; ++back) {
+    const auto c = static_cast<unsigned char>(text[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    size_t need = 1;
+    if ((c & 0xE0) == 0xC0) {
+      need = 2;
+    } else if ((c & 0xF0) == 0xE0) {
+      need = 3;
+    } else if ((c & 0xF8) == 0xF0) {
+      need = 4;
+    }
+    return need > back ? n - back : n;
+  }
+  return n;
+}
+
 namespace {
 
 // The part of `now` after `sent` when `now` extends it; nothing otherwise (the parser has
@@ -79,16 +127,21 @@ std::optional<std::string> growth(const std::string& sent, const std::string& no
 
 std::vector<json> ChatStream::feed(const std::string& output, bool final) {
   std::vector<json> out;
-  if (prompt_ == nullptr) return out;
   chat::Message m;
+  const bool plain = plain_answer(prompt_, has_tools_);
   if (final) {
-    m = final_message(*prompt_, output);
+    m = final_message(prompt_, has_tools_, output);
+  } else if (plain) {
+    m.content = output.substr(0, utf8_complete_prefix(output));
   } else {
     try {
-      m = chat::parse(*prompt_, output, /*partial=*/true);
+      m = chat::parse(prompt_, output, /*partial=*/true);
     } catch (const chat::ChatError&) {
       return out;
     }
+    m.reasoning_content.resize(utf8_complete_prefix(m.reasoning_content));
+    m.content.clear();
+    m.tool_calls.clear();
   }
   if (auto g = growth(sent_reasoning_, m.reasoning_content)) {
     out.push_back({{"reasoning_content", *g}});
@@ -98,10 +151,7 @@ std::vector<json> ChatStream::feed(const std::string& output, bool final) {
     out.push_back({{"content", *g}});
     sent_content_ = m.content;
   }
-  // Calls before the last are complete; the last one is complete at the end.
-  const size_t complete =
-      final ? m.tool_calls.size() : (m.tool_calls.empty() ? 0 : m.tool_calls.size() - 1);
-  for (; sent_calls_ < complete; ++sent_calls_) {
+  for (; sent_calls_ < m.tool_calls.size(); ++sent_calls_) {
     const chat::ToolCall& c = m.tool_calls[sent_calls_];
     out.push_back(
         {{"tool_calls",

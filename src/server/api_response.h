@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -14,9 +15,13 @@
 
 namespace lacuna::server {
 
-// The assistant message of a complete output: the format's parser; output it cannot parse
+// The assistant message of a complete output. Without tools and without a reasoning block
+// the whole output is the content. Otherwise the format's parser; output it cannot parse
 // (cut by max_tokens, say) is read as partial output, and failing that is plain content.
-chat::Message final_message(const chat::Prompt& prompt, const std::string& output);
+chat::Message final_message(const chat::Prompt& prompt, bool has_tools, const std::string& output);
+
+// The assistant message in OpenAI's shape (content null when empty and there are calls).
+nlohmann::json message_json(const chat::Message& m);
 
 // OpenAI's finish_reason of a stop reason ("tool_calls" when the message has calls).
 std::string finish_reason(StopReason stop, bool has_tool_calls);
@@ -25,19 +30,27 @@ std::string finish_reason(StopReason stop, bool has_tool_calls);
 nlohmann::json usage_json(const JobResult& r);
 nlohmann::json timings_json(const JobResult& r);
 
+// The length of `text` without a UTF-8 sequence cut at its end (a token may end inside a
+// character): what a stream may send now so that its pieces join to the whole text.
+size_t utf8_complete_prefix(std::string_view text);
+
 // The deltas of a streamed chat answer. feed() gets the whole output so far and returns the
-// delta objects not sent yet; content and reasoning stream as they grow (parsed as partial
-// output), a tool call is sent whole (id, name, arguments) once it is complete: when a later
-// call starts or at the end. The concatenated deltas equal final_message() of the output.
+// delta objects not sent yet. Plain answers (no tools, no reasoning) stream as they grow;
+// otherwise reasoning streams as the parser reads it from the partial output, while content
+// and tool calls (whole: id, name, arguments) come at the end, since llama.cpp's partial
+// parse may show call syntax as content before the call completes. The concatenated deltas
+// equal final_message() of the output.
 class ChatStream {
  public:
-  explicit ChatStream(const chat::Prompt* prompt) : prompt_(prompt) {}
+  // Keeps its own copy of the prompt (the stream outlives the request handler).
+  ChatStream(const chat::Prompt& prompt, bool has_tools) : prompt_(prompt), has_tools_(has_tools) {}
   std::vector<nlohmann::json> feed(const std::string& output, bool final);
   // The message the deltas describe once final (for usage / finish_reason).
   const chat::Message& message() const { return message_; }
 
  private:
-  const chat::Prompt* prompt_;
+  chat::Prompt prompt_;
+  bool has_tools_;
   chat::Message message_;
   std::string sent_content_;
   std::string sent_reasoning_;

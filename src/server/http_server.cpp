@@ -221,8 +221,8 @@ struct Server::Impl {
                        u.error_status == 503 ? "server_busy" : "server_error");
       json choice = {{"index", 0}, {"logprobs", nullptr}};
       if (chat) {
-        const chat::Message m = final_message(*prepared->prompt, u.text);
-        choice["message"] = json::parse(chat::message_to_json(m));
+        const chat::Message m = final_message(*prepared->prompt, !g.chat.tools.empty(), u.text);
+        choice["message"] = message_json(m);
         choice["finish_reason"] = finish_reason(u.result.stop, !m.tool_calls.empty());
       } else {
         choice["text"] = u.text;
@@ -243,9 +243,11 @@ struct Server::Impl {
     // Streaming: SSE chunks from this worker thread while the scheduler generates.
     const bool include_usage = g.include_usage;
     const std::string model_name = model_id;
-    auto stream = std::make_shared<ChatStream>(prepared->prompt ? &*prepared->prompt : nullptr);
+    auto stream =
+        chat ? std::make_shared<ChatStream>(*prepared->prompt, !g.chat.tools.empty()) : nullptr;
     auto state = std::make_shared<Job::Update>();
     auto opened = std::make_shared<bool>(false);
+    auto sent = std::make_shared<size_t>(0);  // completions: bytes of the text sent
     auto chunk = [=](const json& delta_or_text, const json& finish) {
       json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", nullptr}};
       if (chat) {
@@ -286,8 +288,9 @@ struct Server::Impl {
               for (const json& d : stream->feed(state->text, false)) {
                 if (!write(sse(chunk(d, nullptr)))) return false;
               }
-            } else if (!write(sse(chunk(state->text.substr(before), nullptr)))) {
-              return false;
+            } else if (const size_t end = utf8_complete_prefix(state->text); end > *sent) {
+              if (!write(sse(chunk(state->text.substr(*sent, end - *sent), nullptr)))) return false;
+              *sent = end;
             }
             return true;
           }
@@ -307,8 +310,8 @@ struct Server::Impl {
                 return false;
               }
             } else {
-              if (state->text.size() > before &&
-                  !write(sse(chunk(state->text.substr(before), nullptr)))) {
+              if (state->text.size() > *sent &&
+                  !write(sse(chunk(state->text.substr(*sent), nullptr)))) {
                 return false;
               }
               if (!write(sse(chunk("", finish_reason(state->result.stop, false))))) return false;
