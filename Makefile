@@ -14,7 +14,7 @@ DEMO_PROMPT ?= Write a JSON object describing a city:
 # by side, CI) spinning threads starve each other. Passive waiting costs little when idle.
 export OMP_WAIT_POLICY ?= passive
 
-.PHONY: all deps build demo test test-unit test-asan test-tsan test-fuzz fuzz format clean
+.PHONY: all deps build demo test test-unit test-asan test-tsan test-fuzz fuzz format clean llama-server
 
 all: build
 
@@ -69,3 +69,16 @@ format:
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
+
+# Opt-in, not part of `make test`: llama.cpp's own llama-server built from the pinned bundle
+# (fetched by the lacuna build) with the same ggml flags, to compare against `lacuna serve`
+# with `lacuna bench serve` (docs/server.md). The binary: $(LLAMA_SERVER_BUILD)/bin/llama-server.
+LLAMA_SRC ?= $(HOME)/.cache/lacuna/llama.cpp-0.5.0/src
+LLAMA_SERVER_BUILD ?= build-llama-server
+llama-server: $(BUILD)/build.ninja
+	cmake -S $(LLAMA_SRC) -B $(LLAMA_SERVER_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+	  -DBUILD_SHARED_LIBS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DGGML_NATIVE=ON \
+	  -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON \
+	  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF
+	cmake --build $(LLAMA_SERVER_BUILD) --parallel $(JOBS) --target llama-server
