@@ -294,6 +294,15 @@ void Scheduler::end(Active& a, bool ok, int status, const std::string& error) {
                                  static_cast<double>(r.completion_tokens - 1));
     }
     a.job->finish(r);
+    const uint64_t from_disk = kv.tokens_reused_disk - a.kv_before.tokens_reused_disk;
+    if (ctx_.persistent_store() != nullptr && options_.persist_min_prompt > 0 &&
+        r.prompt_tokens >= options_.persist_min_prompt && from_disk < r.prompt_tokens) {
+      try {
+        (void)a.branch.persist();
+      } catch (const std::exception&) {
+        // The store refused (full disk, permissions): the answer is already out; go on.
+      }
+    }
   } else {
     a.job->fail(status, error);
   }

@@ -82,6 +82,9 @@ struct SchedulerOptions {
   size_t parallel = 4;         // branches decoding at once (slots)
   size_t queue = 64;           // jobs waiting for a slot
   size_t prefill_chunk = 512;  // new prompt tokens decoded per loop iteration
+  // With a persistent store: a finished request whose prompt has at least this many tokens,
+  // not all read from disk, writes its KV there (a restart then reuses it). 0: never.
+  size_t persist_min_prompt = 256;
 };
 
 // What a slot is doing (GET /slots).

@@ -168,9 +168,11 @@ function errorShape(r, status, param) {
 
 // ---- the tests -------------------------------------------------------------------------
 
-const server = await startServer(['--parallel', String(PARALLEL), '--queue', String(QUEUE),
+const persistDir = mkdtempSync(join(tmpdir(), 'lacuna-serve-kv-'));
+const serverArgs = ['--parallel', String(PARALLEL), '--queue', String(QUEUE),
                                   '--ctx', '8192', '--api-key', API_KEY, '--max-body', '200000',
-                                  '--http-threads', '64']);
+                    '--http-threads', '64', '--persist-dir', persistDir];
+const server = await startServer(serverArgs);
 log(`server at ${server.url}`);
 const client = new OpenAI({ apiKey: API_KEY, baseURL: `${server.url}/v1`, maxRetries: 0, timeout: 60000 });
 const user = (content) => [{ role: 'user', content }];
@@ -395,8 +397,8 @@ await check('other endpoints: models, tokenize/detokenize, apply-template, healt
   assert.equal(s.length, PARALLEL);
 });
 
+const system = { role: 'system', content: 'You are a helpful assistant. '.repeat(40) };
 await check('a resent conversation reuses its prefix (cached_tokens)', async () => {
-  const system = { role: 'system', content: 'You are a helpful assistant. '.repeat(40) };
   const first = await client.chat.completions.create({ model: 'tiny', messages: [system, ...user('One')], max_tokens: 8, temperature: 0 });
   const second = await client.chat.completions.create({
     model: 'tiny', messages: [system, ...user('One'), first.choices[0].message, ...user('Two')], max_tokens: 8, temperature: 0,
@@ -505,6 +507,18 @@ await check('SIGTERM under load: streams end, the server exits 0', async () => {
   const { code } = await Promise.race([exited, timeout]);
   assert.equal(code, 0, server.stderr());
   await Promise.race([Promise.all(streams), timeout]);
+});
+
+await check('a restart with the same --persist-dir reuses the KV written before', async () => {
+  const again = await startServer(serverArgs);
+  try {
+    const c = new OpenAI({ apiKey: API_KEY, baseURL: `${again.url}/v1`, maxRetries: 0, timeout: 60000 });
+    const r = await c.chat.completions.create({ model: 'tiny', messages: [system, ...user('One')], max_tokens: 4, temperature: 0 });
+    assert.ok(r.usage.prompt_tokens_details.cached_tokens >= r.usage.prompt_tokens / 2,
+              `cached ${r.usage.prompt_tokens_details.cached_tokens} of ${r.usage.prompt_tokens}`);
+  } finally {
+    again.proc.kill('SIGTERM');
+  }
 });
 
 if (server.proc.exitCode === null) server.proc.kill('SIGKILL');
