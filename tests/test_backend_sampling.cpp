@@ -194,7 +194,8 @@ struct GenRun {
 };
 
 GenRun run_generator(llama_context* ctx, const Case& k, const std::vector<Token>& prompt,
-                     bool backend, float temp, uint32_t seed, bool drafts) {
+                     bool backend, float temp, uint32_t seed, bool drafts,
+                     const std::function<void(DecodeOptions&)>& tweak = {}) {
   llama_memory_clear(llama_get_memory(ctx), true);
   const llama_vocab* vocab = llama_model_get_vocab(llama_get_model(ctx));
   GeneratorConfig cfg;
@@ -205,6 +206,7 @@ GenRun run_generator(llama_context* ctx, const Case& k, const std::vector<Token>
   cfg.decode.verify_strings = drafts;
   cfg.decode.draft_policy = DraftPolicy::always;
   cfg.decode.backend_sampling = backend;
+  if (tweak) tweak(cfg.decode);
   Generator gen(ctx, cfg, k.make(vocab));
   gen.prefill(prompt);
   gen.generate();
@@ -256,6 +258,34 @@ TEST(BackendSampling, GeneratorWithTemperatureIsDeterministic) {
       const GenRun b = run_generator(ctx.get(), k, prompt, true, 0.9f, seed, true);
       EXPECT_TRUE(a.backend);
       EXPECT_EQ(a.tokens, b.tokens) << "seed " << seed;
+    }
+  }
+}
+
+// The mask computed on a worker thread during the pass (no skipping: every position's mask is
+// needed only after its pass): the same tokens, and the masks did run there.
+TEST(BackendSampling, OverlappedMaskGivesTheSameTokens) {
+  for (const char* model_name : kModels) {
+    SCOPED_TRACE(model_name);
+    ModelHandle model = testing::load_model(model_name);
+    ASSERT_NE(model, nullptr);
+    const llama_vocab* vocab = llama_model_get_vocab(model.get());
+    ContextHandle ctx = make_ctx(model.get(), 1);
+    for (const Case& k : cases()) {
+      SCOPED_TRACE(k.name);
+      const auto prompt = testing::tokenize(vocab, kPrompts[0], true);
+      for (float temp : {0.0f, 0.8f}) {
+        auto plain = [](DecodeOptions& o) { o.skip_forced = false; };
+        auto overlap = [](DecodeOptions& o) {
+          o.skip_forced = false;
+          o.overlap_mask = true;
+        };
+        const GenRun want = run_generator(ctx.get(), k, prompt, false, temp, 3, false, plain);
+        const GenRun got = run_generator(ctx.get(), k, prompt, false, temp, 3, false, overlap);
+        EXPECT_EQ(got.tokens, want.tokens) << "temp " << temp;
+        EXPECT_GT(got.stats.mask_overlapped_ms, 0.0);
+        EXPECT_EQ(want.stats.mask_overlapped_ms, 0.0);
+      }
     }
   }
 }

@@ -22,6 +22,10 @@
 
 namespace lacuna {
 
+namespace decode {
+class MaskWorker;
+}
+
 // The cost model for verified forced strings: what one llama_decode of n tokens, each with
 // logits, costs relative to a batch of one token (docs/generator.md, "Draft lengths").
 struct DecodeCost {
@@ -132,12 +136,17 @@ struct DecodeOptions {
   // sampled token comes back. Where the backend refuses the chain, the generator samples on
   // the CPU (one line on stderr says so).
   bool backend_sampling = false;
+  // The mask off the critical path (LACUNA_OVERLAP_MASK=1, off by default; measured in
+  // docs/backend_sampling.md): where a pass runs before the position's mask is needed (no
+  // forced-token skipping, CPU sampling), the mask is computed on a worker thread during the
+  // pass. Exact: the same mask, only computed earlier.
+  bool overlap_mask = false;
 };
 
 // The compiled-in defaults (CMake options LACUNA_DECODE_SKIP/VERIFY/JUMP), then the
 // environment: LACUNA_SKIP, LACUNA_VERIFY, LACUNA_JUMP = 0/1, LACUNA_MAX_DRAFT = N,
 // LACUNA_DRAFT = adaptive/always, LACUNA_MEASURE_COST = 0/1, LACUNA_SPLIT = 0/1,
-// LACUNA_BACKEND_SAMPLING = 0/1.
+// LACUNA_BACKEND_SAMPLING = 0/1, LACUNA_OVERLAP_MASK = 0/1.
 // Throws std::invalid_argument for a malformed value.
 DecodeOptions decode_options_from_env();
 DecodeOptions decode_options_from_env(DecodeOptions base);
@@ -186,7 +195,10 @@ struct GenerationStats {
   double decode_ms = 0;       // llama_decode after the prompt
   double mask_ms = 0;         // constraint masks, forced tokens, jump strings
   double sample_ms = 0;       // sampling (mask application, selection)
-  double total_ms = 0;        // wall time from prefill start to the last step
+  // Masks computed on the worker thread during a pass (overlap_mask); only the wait for
+  // them is in mask_ms.
+  double mask_overlapped_ms = 0;
+  double total_ms = 0;  // wall time from prefill start to the last step
   StopReason stop = StopReason::none;
 
   // Emitted tokens per forward pass of the decode phase.
@@ -379,6 +391,11 @@ class Generator {
   // Stages the masks of this sequence's output rows of the next llama_decode: the current
   // position's, then (drafts) the one after each draft token.
   void stage_backend_rows(std::span<const Token> drafts);
+  // overlap_mask: fill_mask() on the worker thread; settle_mask() waits for it (every reader
+  // of the constraint or the mask goes through ensure_mask(), which settles first).
+  void fill_mask();
+  void launch_mask();
+  void settle_mask();
 
   llama_context* ctx_;
   const llama_vocab* vocab_;
@@ -400,12 +417,15 @@ class Generator {
   llama_sampler* dist_ = nullptr;   // the seeded draw
   std::mt19937 accept_rng_;         // uniform draws for speculative acceptance
   std::vector<llama_logit_bias> bias_;
-  std::vector<float> biased_;                // scratch: logits with the bias added
-  llama_sampler* backend_chain_ = nullptr;   // attached to ctx_ for config_.seq (owned)
-  llama_sampler* backend_staged_ = nullptr;  // its first member: the staged masks
-  size_t backend_rows_max_ = 1;              // outputs per llama_decode for the sequence
-  Token backend_token_ = LLAMA_TOKEN_NULL;   // the graph's pick at the current position
-  std::vector<uint32_t> backend_masks_;      // scratch: staged masks
+  std::vector<float> biased_;                        // scratch: logits with the bias added
+  llama_sampler* backend_chain_ = nullptr;           // attached to ctx_ for config_.seq (owned)
+  llama_sampler* backend_staged_ = nullptr;          // its first member: the staged masks
+  size_t backend_rows_max_ = 1;                      // outputs per llama_decode for the sequence
+  Token backend_token_ = LLAMA_TOKEN_NULL;           // the graph's pick at the current position
+  std::vector<uint32_t> backend_masks_;              // scratch: staged masks
+  std::unique_ptr<decode::MaskWorker> mask_worker_;  // overlap_mask, made on first use
+  bool mask_in_flight_ = false;
+  double mask_job_ms_ = 0;  // written by the worker
 
   llama_pos n_past_ = 0;
   llama_pos history_base_ = 0;

@@ -71,6 +71,7 @@ DecodeOptions decode_options_from_env(DecodeOptions base) {
   read_switch("LACUNA_MEASURE_COST", base.measure_cost);
   read_switch("LACUNA_SPLIT", base.split_pending);
   read_switch("LACUNA_BACKEND_SAMPLING", base.backend_sampling);
+  read_switch("LACUNA_OVERLAP_MASK", base.overlap_mask);
   if (const char* raw = std::getenv("LACUNA_DRAFT"); raw != nullptr && raw[0] != '\0') {
     const std::string v = raw;
     if (v == "adaptive") {
@@ -125,10 +126,11 @@ std::string GenerationStats::to_json() const {
       "\"draft_proposed\":%zu,"
       "\"draft_accepted\":%zu,\"draft_declined\":%zu,\"jump_tokens\":%zu,\"tokens_per_pass\":%.4f,"
       "\"prefill_ms\":%.3f,\"decode_ms\":%.3f,\"mask_ms\":%.3f,\"sample_ms\":%.3f,"
+      "\"mask_overlapped_ms\":%.3f,"
       "\"total_ms\":%.3f,\"stop\":\"%s\"}",
       prompt_tokens, tokens_emitted, forward_passes, tokens_skipped, tokens_batch_filled,
       tokens_filled_alone, draft_proposed, draft_accepted, draft_declined, jump_tokens,
-      tokens_per_pass(), prefill_ms, decode_ms, mask_ms, sample_ms, total_ms,
+      tokens_per_pass(), prefill_ms, decode_ms, mask_ms, sample_ms, mask_overlapped_ms, total_ms,
       stop_reason_name(stop));
   return buf;
 }

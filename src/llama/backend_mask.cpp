@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -18,6 +19,7 @@ namespace {
 
 std::atomic<uint64_t> g_uploads{0};
 std::atomic<uint64_t> g_upload_bytes{0};
+std::atomic<uint64_t> g_upload_ns{0};
 
 constexpr uint16_t kHalfOne = 0x3C00;  // 1.0 as IEEE half
 
@@ -43,8 +45,8 @@ ggml_tensor* expand(ggml_context* ctx, ggml_tensor* table, ggml_tensor* inp, siz
 }  // namespace
 
 UploadCounters upload_counters() {
-  return {g_uploads.load(std::memory_order_relaxed),
-          g_upload_bytes.load(std::memory_order_relaxed)};
+  return {g_uploads.load(std::memory_order_relaxed), g_upload_bytes.load(std::memory_order_relaxed),
+          g_upload_ns.load(std::memory_order_relaxed)};
 }
 
 MaskGraph::MaskGraph(size_t n_vocab)
@@ -127,6 +129,7 @@ ggml_tensor* MaskGraph::apply(ggml_context* ctx, ggml_tensor* logits, ggml_tenso
 
 void MaskGraph::upload(size_t i, const uint32_t* words) {
   if (i >= inputs_.size()) return;
+  const auto t0 = std::chrono::steady_clock::now();
   const size_t n_bytes = bitmask_words(n_vocab_) * 4;
   const auto* src =
       reinterpret_cast<const uint8_t*>(words);  // little-endian: byte k = tokens 8k..8k+7
@@ -144,6 +147,9 @@ void MaskGraph::upload(size_t i, const uint32_t* words) {
   ggml_backend_tensor_set(inputs_[i], staging_.data(), 0, staging_.size());
   g_uploads.fetch_add(1, std::memory_order_relaxed);
   g_upload_bytes.fetch_add(staging_.size(), std::memory_order_relaxed);
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+  g_upload_ns.fetch_add(static_cast<uint64_t>(ns.count()), std::memory_order_relaxed);
 }
 
 // ---- the staged-mask sampler --------------------------------------------------------------

@@ -61,6 +61,7 @@ class MaskGraph {
 struct UploadCounters {
   uint64_t uploads = 0;
   uint64_t bytes = 0;
+  uint64_t ns = 0;  // time spent packing and sending them (inside llama_decode)
 };
 UploadCounters upload_counters();
 

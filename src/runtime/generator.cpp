@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "decode/forced_string.h"
+#include "decode/mask_worker.h"
 #include "llama/backend_mask.h"
 #include "runtime/decode_parts.h"
 
@@ -78,6 +79,7 @@ Generator::Generator(llama_context* ctx, GeneratorConfig config,
 }
 
 Generator::~Generator() {
+  settle_mask();
   detach_backend();
   if (batch_.token != nullptr) llama_batch_free(batch_);
   if (shape_ != nullptr) llama_sampler_free(shape_);
@@ -632,17 +634,44 @@ Token Generator::produce() {
   return p.token;
 }
 
+void Generator::fill_mask() {
+  constraint_->fill_next_token_bitmask(mask_.data());
+  size_t n = 0;
+  for (uint32_t w : mask_) n += static_cast<size_t>(std::popcount(w));
+  size_t n_eog = 0;
+  for (Token t : *eog_tokens_) n_eog += bitmask_test(mask_.data(), t) ? 1 : 0;
+  mask_allowed_ = n;
+  mask_allowed_non_eog_ = n - n_eog;
+  mask_valid_ = true;
+}
+
+void Generator::launch_mask() {
+  if (!mask_worker_) mask_worker_ = std::make_unique<decode::MaskWorker>();
+  mask_in_flight_ = true;
+  mask_worker_->submit(
+      [](void* arg) {
+        auto* g = static_cast<Generator*>(arg);
+        const auto t0 = Clock::now();
+        g->fill_mask();
+        g->mask_job_ms_ = ms_between(t0, Clock::now());
+      },
+      this);
+}
+
+void Generator::settle_mask() {
+  if (!mask_in_flight_) return;
+  const auto t0 = Clock::now();
+  mask_worker_->wait();
+  mask_in_flight_ = false;
+  stats_.mask_ms += ms_between(t0, Clock::now());  // the part left on the critical path
+  stats_.mask_overlapped_ms += mask_job_ms_;
+}
+
 void Generator::ensure_mask(size_t& n_allowed, size_t& n_allowed_non_eog) {
+  settle_mask();
   if (!mask_valid_) {
     const auto t0 = Clock::now();
-    constraint_->fill_next_token_bitmask(mask_.data());
-    size_t n = 0;
-    for (uint32_t w : mask_) n += static_cast<size_t>(std::popcount(w));
-    size_t n_eog = 0;
-    for (Token t : *eog_tokens_) n_eog += bitmask_test(mask_.data(), t) ? 1 : 0;
-    mask_allowed_ = n;
-    mask_allowed_non_eog_ = n - n_eog;
-    mask_valid_ = true;
+    fill_mask();
     stats_.mask_ms += ms_between(t0, Clock::now());
   }
   n_allowed = mask_allowed_;
@@ -1055,6 +1084,8 @@ Generator::Plan Generator::plan(bool alone) {
   part_tokens_.assign(pending_.begin(), pending_.end());
   part_tokens_.insert(part_tokens_.end(), drafts_.begin(), drafts_.end());
   stage_backend_rows(drafts_);
+  // The position's mask is needed only once the pass is done: compute it meanwhile.
+  if (opt.overlap_mask && constraint_ && !mask_valid_ && backend_chain_ == nullptr) launch_mask();
   return Plan::decode;
 }
 
@@ -1155,6 +1186,13 @@ void Generator::step_many(std::span<Generator* const> gens, const Shared& shared
     parts[i] = runtime::Part{g.config_.seq, g.n_past_, g.part_tokens_, 1 + g.drafts_.size()};
   }
   Generator& g0 = *decoding[0];
+  // A mask computed during the pass is waited for however the pass ends.
+  struct Settle {
+    std::vector<Generator*>& gens;
+    ~Settle() {
+      for (Generator* g : gens) g->settle_mask();
+    }
+  } settle{decoding};
   const int32_t rc = runtime::decode_parts(
       g0.ctx_, shared_batch(shared, g0.batch_, g0.n_batch_), g0.n_batch_, parts,
       [&](size_t p, int32_t out0) {
@@ -1171,6 +1209,7 @@ void Generator::step_many(std::span<Generator* const> gens, const Shared& shared
         g.take_outputs(out0, true);
       },
       nullptr, shared.on_full);
+  for (Generator* g : decoding) g->settle_mask();
   for (Generator* g : gens) g->stats_.total_ms = ms_between(g->t_start_, Clock::now());
   if (rc != 0) {
     // Every generator whose pass did not run keeps its pending tokens for a later step.
