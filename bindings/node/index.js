@@ -41,6 +41,7 @@ function declare(handle) {
       n_batch: 'uint32_t',
       n_threads: 'int32_t',
       n_branches: 'uint32_t',
+      backend_sampling: 'int32_t',
     }),
     BranchParams: koffi.struct('lacuna_branch_params', {
       max_tokens: 'int32_t',

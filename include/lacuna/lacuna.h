@@ -218,6 +218,12 @@ typedef struct lacuna_context_params {
   uint32_t n_batch;    /* most tokens per forward pass; default 512 */
   int32_t n_threads;   /* default 0 = all hardware threads */
   uint32_t n_branches; /* branches (a stream is one) alive at once; default 8 (ABI 2) */
+  /* 1: constraint masks and sampling run inside llama.cpp's graph (backend sampling); only
+   * the sampled token comes back. Default 0 (LACUNA_BACKEND_SAMPLING=1 turns it on for every
+   * context). Where the backend cannot run the chain, sampling stays on the CPU (a line on
+   * stderr says so). Logits are then not kept on the host: lacuna_branch_logits and
+   * lacuna_branch_produce give LACUNA_ERR_STATE. */
+  int32_t backend_sampling;
 } lacuna_context_params;
 
 lacuna_context_params lacuna_context_default_params(void);

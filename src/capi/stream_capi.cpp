@@ -272,6 +272,7 @@ lacuna_context_params lacuna_context_default_params(void) {
   p.n_batch = 512;
   p.n_threads = 0;
   p.n_branches = 8;
+  p.backend_sampling = 0;
   return p;
 }
 
@@ -297,6 +298,7 @@ lacuna_status lacuna_context_create(lacuna_model* model, const lacuna_context_pa
     cp.n_threads_batch = p.n_threads;
     cp.kv = lacuna::kv::KvConfig::from_env();
     cp.decode = lacuna::decode_options_from_env();
+    if (p.backend_sampling != 0) cp.decode.backend_sampling = true;
     cp.model_path = model->state->model.path();
     auto st = std::make_shared<ContextState>();
     st->model = model->state;

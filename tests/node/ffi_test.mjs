@@ -21,6 +21,7 @@ const ContextParams = koffi.struct('lacuna_context_params', {
   n_batch: 'uint32_t',
   n_threads: 'int32_t',
   n_branches: 'uint32_t',
+  backend_sampling: 'int32_t',
 });
 const StreamParams = koffi.struct('lacuna_stream_params', {
   max_tokens: 'int32_t',

@@ -45,6 +45,7 @@ LACUNA_COMMAND(cmd_run, "run", "generate text from a prompt (streams to stdout)"
   uint32_t n_ctx = 4096;
   std::string persist_dir;
   bool no_kv_reuse = false;
+  bool backend_sampling = false;
   uint32_t kv_block = 0;
   lacuna::decode::ConstraintSpec spec;
   std::string choices;
@@ -70,6 +71,9 @@ LACUNA_COMMAND(cmd_run, "run", "generate text from a prompt (streams to stdout)"
                  "starts warm (default: $LACUNA_PERSIST_DIR)");
   app.add_flag("--no-kv-reuse,--no-prefix-cache", no_kv_reuse,
                "plain prefill: ignore --persist-dir and LACUNA_PERSIST_DIR");
+  app.add_flag("--backend-sampling", backend_sampling,
+               "run the constraint's mask and the sampler inside llama.cpp's graph; only the "
+               "sampled token comes back (default: $LACUNA_BACKEND_SAMPLING, else off)");
   app.add_option("--kv-block", kv_block, "KV cache block size in tokens (default 64)")
       ->check(CLI::Range(1u, 65536u));
   app.add_option("--grammar", spec.grammar_file, "constrain the output to a GBNF grammar file");
@@ -148,6 +152,7 @@ LACUNA_COMMAND(cmd_run, "run", "generate text from a prompt (streams to stdout)"
   lacuna::runtime::BranchParams bp;
   try {
     rp.decode = lacuna::decode_options_from_env();
+    if (backend_sampling) rp.decode.backend_sampling = true;
     bp.print_stats = lacuna::stats_enabled_from_env();
     rp.kv = lacuna::kv::KvConfig::from_env();
   } catch (const std::exception& e) {
