@@ -1,7 +1,7 @@
 // cmd_bench_decode.cpp — `lacuna bench decode`: constrained decoding modes side by side in one
 // process (llama.cpp's grammar sampler, grammar-first and as common_sampler uses it, lacuna
 // without and with skipping, tier-2 jump-forward, free generation), interleaved run by run: tokens,
-// passes, drafts, medians, speed ratios.
+// passes, drafts, medians, speed ratios; backend sampling and the overlapped mask beside them.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -23,6 +23,7 @@
 #include "lacuna/matcher.h"
 #include "lacuna/model.h"
 #include "lacuna/token_index.h"
+#include "llama/backend_mask.h"
 
 namespace {
 
@@ -33,8 +34,11 @@ using nlohmann::json;
 // whole vocabulary at every token); llama-common: the way common_sampler_sample samples by
 // default (greedy first, the grammar checks that one token, full-vocabulary grammar pass only
 // when it is rejected).
-const char* kModes[] = {"llama-grammar", "llama-common", "lacuna",
-                        "lacuna-skip",   "lacuna-jump",  "free"};
+// lacuna-backend: lacuna with the mask and the greedy pick inside llama.cpp's graph (backend
+// sampling: only the token comes back); lacuna-overlap: lacuna with each mask computed on a
+// worker thread while the pass runs (docs/backend_sampling.md).
+const char* kModes[] = {"llama-grammar", "llama-common",   "lacuna",         "lacuna-skip",
+                        "lacuna-jump",   "lacuna-backend", "lacuna-overlap", "free"};
 // Modes run only when --modes names them.
 // lacuna-skip-always: drafting at every string; lacuna-skip-batch: lacuna-skip without
 // split pending tokens (every pending token batch-filled, as before the split existed).
@@ -44,8 +48,11 @@ const char* kExtraModes[] = {"lacuna-skip-always", "lacuna-skip-batch"};
 struct RunResult {
   std::vector<Token> tokens;
   lacuna::GenerationStats stats;
-  double ms = 0;         // wall time after the prompt: passes, masks, sampling
-  size_t resamples = 0;  // llama-common: tokens the grammar rejected (full-vocabulary pass)
+  double ms = 0;              // wall time after the prompt: passes, masks, sampling
+  size_t resamples = 0;       // llama-common: tokens the grammar rejected (full-vocabulary pass)
+  bool backend = false;       // the generator sampled inside the graph
+  uint64_t upload_bytes = 0;  // mask bytes sent to the backend (backend sampling)
+  uint64_t upload_ns = 0;     // time packing and sending them
 };
 
 // Sums over the pairs of one repetition of one mode.
@@ -67,9 +74,14 @@ struct ModeCounts {
   size_t draft_declined = 0;
   size_t jump_tokens = 0;
   size_t grammar_resamples = 0;
+  size_t output_rows = 0;     // rows with logits (or a backend-sampled token) after the prompt
+  size_t backend_runs = 0;    // runs whose sampling ran inside the graph
+  uint64_t upload_bytes = 0;  // mask bytes sent to the backend
+  uint64_t upload_ns = 0;
   size_t completed = 0;  // runs that ended because the output was complete
   double mask_ms = 0;
   double sample_ms = 0;
+  double mask_overlapped_ms = 0;
   size_t agree = 0;        // tokens equal to llama-grammar's at the same index, in a row
   size_t agree_of = 0;     // max(len) summed
   bool repeatable = true;  // every repetition gave the same tokens
@@ -226,6 +238,7 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
   cp.n_threads_batch = threads;
   lacuna::Context ctx = lacuna::Context::create(model, cp);
   const llama_vocab* vocab = model.vocab_ptr();
+  const double n_vocab = static_cast<double>(llama_vocab_n_tokens(vocab));
   const auto index = lacuna::TokenIndex::build(vocab);
 
   // Compile every schema once, outside the timed runs (reported on its own).
@@ -353,13 +366,20 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
                                     : lacuna::DraftPolicy::adaptive;
       cfg.decode.cost = cost;
       cfg.decode.split_pending = mode != "lacuna-skip-batch";
+      cfg.decode.backend_sampling = mode == "lacuna-backend";
+      cfg.decode.overlap_mask = mode == "lacuna-overlap";
       std::unique_ptr<lacuna::Constraint> c;
       if (mode != "free") c = std::make_unique<lacuna::GrammarMatcher>(compiled[pair.schema]);
       lacuna::Generator gen(ctx.get(), cfg, std::move(c));
       gen.prefill(pair.prompt);
+      const auto up1 = lacuna::backend::upload_counters();
       gen.generate();
       r.tokens = gen.tokens();
       r.stats = gen.stats();
+      r.backend = gen.backend_sampling();
+      const auto up2 = lacuna::backend::upload_counters();
+      r.upload_bytes = up2.bytes - up1.bytes;
+      r.upload_ns = up2.ns - up1.ns;
     }
     r.ms = r.stats.total_ms - r.stats.prefill_ms;
     return r;
@@ -417,9 +437,16 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
       c.draft_declined += st.draft_declined;
       c.jump_tokens += st.jump_tokens;
       c.grammar_resamples += r.resamples;
+      // llama.cpp copies one row per output: n_vocab logits, or the sampled token alone when
+      // the whole chain ran in the graph. Passes of pending tokens alone have no output.
+      c.output_rows += st.forward_passes - st.tokens_filled_alone + st.draft_proposed;
+      c.backend_runs += r.backend ? 1 : 0;
+      c.upload_bytes += r.upload_bytes;
+      c.upload_ns += r.upload_ns;
       c.completed += st.stop != lacuna::StopReason::max_tokens ? 1 : 0;
       c.mask_ms += st.mask_ms;
       c.sample_ms += st.sample_ms;
+      c.mask_overlapped_ms += st.mask_overlapped_ms;
       if (ref_at != modes.end() && m != ref_m && modes[m] != "free") {
         const auto& ref = first[p][ref_m].tokens;
         const size_t n = std::min(r.tokens.size(), ref.size());
@@ -481,6 +508,22 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
         {"ms_per_token_reps", ms_tok[m]},
         {"decode_tok_s", med > 0 ? 1000.0 / med : 0.0},
         {"mask_ms_per_token", t.tokens > 0 ? t.mask_ms / static_cast<double>(t.tokens) : 0.0},
+        // Mask time left on the critical path (lacuna-overlap: only the wait for the worker).
+        {"mask_critical_ms_per_token",
+         t.tokens > 0 ? t.mask_ms / static_cast<double>(t.tokens) : 0.0},
+        {"mask_overlapped_ms_per_token",
+         t.tokens > 0 ? t.mask_overlapped_ms / static_cast<double>(t.tokens) : 0.0},
+        {"backend_sampling_runs", t.backend_runs},
+        {"bytes_from_backend_per_token",
+         t.tokens > 0 ? static_cast<double>(t.output_rows) *
+                            (t.backend_runs == t.runs && t.runs > 0 ? 4.0 : 4.0 * n_vocab) /
+                            static_cast<double>(t.tokens)
+                      : 0.0},
+        {"mask_upload_ms_per_token",
+         t.tokens > 0 ? static_cast<double>(t.upload_ns) / 1e6 / static_cast<double>(t.tokens)
+                      : 0.0},
+        {"mask_upload_bytes_per_token",
+         t.tokens > 0 ? static_cast<double>(t.upload_bytes) / static_cast<double>(t.tokens) : 0.0},
         {"sample_ms_per_token", t.tokens > 0 ? t.sample_ms / static_cast<double>(t.tokens) : 0.0},
         {"repeatable", t.repeatable},
     };
@@ -516,6 +559,10 @@ LACUNA_COMMAND(cmd_bench_decode, "bench-decode",
   ratio("lacuna_skip_speedup_vs_llama_common", "llama-common", "lacuna-skip");
   ratio("lacuna_speedup_vs_llama_grammar", "llama-grammar", "lacuna");
   ratio("lacuna_skip_over_free", "lacuna-skip", "free");
+  // Backend sampling and the overlapped mask against lacuna (target: >= 0.98x its speed,
+  // i.e. a time ratio <= 1.02).
+  ratio("lacuna_backend_over_lacuna", "lacuna-backend", "lacuna");
+  ratio("lacuna_overlap_over_lacuna", "lacuna-overlap", "lacuna");
   ratio("lacuna_skip_always_speedup_vs_lacuna", "lacuna", "lacuna-skip-always");
   ratio("lacuna_skip_batch_speedup_vs_lacuna", "lacuna", "lacuna-skip-batch");
   ratio("lacuna_skip_speedup_vs_lacuna_skip_batch", "lacuna-skip-batch", "lacuna-skip");
