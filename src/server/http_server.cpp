@@ -66,6 +66,10 @@ struct Server::Impl {
   std::atomic<uint64_t> next_id{1};
   std::atomic<bool> stopped{false};
   std::mutex stop_mu;
+  // /v1/embeddings: a second context (embeddings = true, mean pooling) made on first use;
+  // one request at a time uses it (one thread at a time per runtime::Context).
+  std::mutex embed_mu;
+  std::unique_ptr<runtime::Context> embed_ctx;
 
   explicit Impl(ServerOptions o) : opt(std::move(o)), model(Model::load(opt.model_path)) {
     if (opt.parallel == 0 || opt.parallel > 256) {
@@ -406,6 +410,74 @@ struct Server::Impl {
     }
   }
 
+  void embeddings_route(const httplib::Request& req, httplib::Response& res) {
+    const json j = parse_object(req.body);
+    std::vector<std::string> inputs;
+    const auto it = j.find("input");
+    if (it == j.end()) throw ApiError(400, "\"input\" is required", "input");
+    if (it->is_string()) {
+      inputs.push_back(it->get<std::string>());
+    } else if (it->is_array() && !it->empty() && it->size() <= 256) {
+      for (size_t i = 0; i < it->size(); ++i) {
+        if (!(*it)[i].is_string()) {
+          throw ApiError(400, "\"input\" must hold strings", "input/" + std::to_string(i));
+        }
+        inputs.push_back((*it)[i].get<std::string>());
+      }
+    } else {
+      throw ApiError(400, "\"input\" must be a string or an array of 1 to 256 strings", "input");
+    }
+    if (j.contains("encoding_format") && j["encoding_format"] != "float") {
+      throw ApiError(400, "only encoding_format \"float\" is supported", "encoding_format");
+    }
+    const Vocab vocab = model.vocab();
+    std::vector<std::vector<Token>> tokens;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      tokens.push_back(tokenize(vocab, inputs[i], /*add_special=*/true, /*parse_special=*/false));
+      if (tokens.back().empty()) {
+        throw ApiError(400, "an input without tokens", "input/" + std::to_string(i));
+      }
+      if (tokens.back().size() > embed_n_ctx()) {
+        throw ApiError(400,
+                       "an input of " + std::to_string(tokens.back().size()) +
+                           " tokens; embeddings take at most " + std::to_string(embed_n_ctx()),
+                       "input/" + std::to_string(i), "invalid_request_error",
+                       "context_length_exceeded");
+      }
+    }
+    json data = json::array();
+    size_t total = 0;
+    {
+      std::lock_guard<std::mutex> lock(embed_mu);
+      if (!embed_ctx) {
+        runtime::ContextParams rp;
+        rp.embeddings = true;
+        rp.n_ctx = embed_n_ctx();
+        rp.n_batch = embed_n_ctx();
+        rp.n_ubatch = embed_n_ctx();
+        rp.n_branches = 1;
+        rp.n_cache_holders = 0;
+        rp.kv.prefix_cache = false;
+        rp.n_threads = opt.n_threads;
+        rp.n_threads_batch = opt.n_threads;
+        rp.model_path = opt.model_path;
+        embed_ctx = std::make_unique<runtime::Context>(model, rp);
+      }
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        data.push_back(
+            {{"object", "embedding"}, {"index", i}, {"embedding", embed_ctx->encode(tokens[i])}});
+        total += tokens[i].size();
+      }
+    }
+    send_json(res, 200,
+              {{"object", "list"},
+               {"data", data},
+               {"model", model_id},
+               {"usage", {{"prompt_tokens", total}, {"total_tokens", total}}}});
+  }
+
+  uint32_t embed_n_ctx() const { return std::min<uint32_t>(opt.n_ctx, 2048); }
+
   json model_json() const {
     return {{"id", model_id},
             {"object", "model"},
@@ -465,9 +537,9 @@ struct Server::Impl {
     http.Post("/detokenize", wrap([this](const auto& q, auto& r) { detokenize_route(q, r); }));
     http.Post("/apply-template",
               wrap([this](const auto& q, auto& r) { apply_template_route(q, r); }));
-    http.Post("/v1/embeddings", wrap([](const auto&, auto&) {
-                throw ApiError(501, "embeddings are not served yet", "", "not_implemented_error");
-              }));
+    http.Post("/v1/embeddings", wrap([this](const auto& q, auto& r) { embeddings_route(q, r); }));
+    http.Post("/embeddings", wrap([this](const auto& q, auto& r) { embeddings_route(q, r); }));
+
     http.Get("/v1/models", wrap([this](const auto&, auto& r) {
                send_json(r, 200, {{"object", "list"}, {"data", json::array({model_json()})}});
              }));

@@ -398,6 +398,18 @@ await check('other endpoints: models, tokenize/detokenize, apply-template, healt
 });
 
 const system = { role: 'system', content: 'You are a helpful assistant. '.repeat(40) };
+await check('embeddings: one L2-normalized vector per input, same text same vector', async () => {
+  const r = await client.embeddings.create({ model: 'tiny', input: ['hello world', 'another text', 'hello world'], encoding_format: 'float' });
+  assert.equal(r.data.length, 3);
+  for (const d of r.data) {
+    const norm = Math.sqrt(d.embedding.reduce((a, x) => a + x * x, 0));
+    assert.ok(Math.abs(norm - 1) < 1e-3, `norm ${norm}`);
+  }
+  assert.deepEqual(r.data[0].embedding, r.data[2].embedding);
+  assert.ok(r.usage.prompt_tokens > 0);
+  errorShape(await rawPost(server.url, '/v1/embeddings', { input: 3 }), 400, 'input');
+});
+
 await check('a resent conversation reuses its prefix (cached_tokens)', async () => {
   const first = await client.chat.completions.create({ model: 'tiny', messages: [system, ...user('One')], max_tokens: 8, temperature: 0 });
   const second = await client.chat.completions.create({
