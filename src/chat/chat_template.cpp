@@ -410,13 +410,13 @@ Prompt Template::apply(const Request& r) const {
       if (t.name == r.tool_choice.name) callable.push_back(t);
     }
   }
+  // auto: the format's parser for optional calls, whose trigger rules (lazy) follow free
+  // text. required / named: the parser that demands a call, and its outermost call syntax
+  // from the start of the answer.
+  const bool automatic = r.tool_choice.mode == ToolChoice::Mode::automatic;
   const common_chat_params syntax =
-      (r.tool_choice.mode == ToolChoice::Mode::automatic)
-          ? shown
-          : impl_->apply_common(r, callable, COMMON_CHAT_TOOL_CHOICE_AUTO);
-  if (r.tool_choice.mode == ToolChoice::Mode::named) {
-    p.parser = impl_->apply_common(r, callable, COMMON_CHAT_TOOL_CHOICE_REQUIRED).parser;
-  }
+      automatic ? shown : impl_->apply_common(r, callable, COMMON_CHAT_TOOL_CHOICE_REQUIRED);
+  if (!automatic) p.parser = syntax.parser;
   std::vector<std::string> words;
   for (const common_grammar_trigger& t : syntax.grammar_triggers) {
     if (t.type == COMMON_GRAMMAR_TRIGGER_TYPE_WORD) words.push_back(t.value);
@@ -429,8 +429,8 @@ Prompt Template::apply(const Request& r) const {
   for_names.tools = callable;
   std::string calls;
   try {
-    calls =
-        detail::arena_to_gbnf(syntax.parser, schema_names(for_names), true, !r.parallel_tool_calls);
+    calls = detail::arena_to_gbnf(syntax.parser, schema_names(for_names), true,
+                                  !r.parallel_tool_calls, /*outer_only=*/!automatic);
   } catch (const std::exception& e) {
     p.constraint_error = e.what();
     return p;

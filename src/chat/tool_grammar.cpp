@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -27,6 +28,31 @@ std::string sanitize(const std::string& name) {
   std::string out;
   for (char c : name) out += is_name_char(c) ? c : '-';
   return out.empty() ? std::string("r") : out;
+}
+
+// The rule names a GBNF right-hand side refers to (words outside literals, classes and
+// repetition bounds).
+std::vector<std::string> referenced_rules(const std::string& rhs) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  const size_t n = rhs.size();
+  while (i < n) {
+    const char c = rhs[i];
+    if (c == '"' || c == '[' || c == '{') {
+      const char close = c == '"' ? '"' : (c == '[' ? ']' : '}');
+      ++i;
+      while (i < n && rhs[i] != close) i += (rhs[i] == '\\' && i + 1 < n) ? 2 : 1;
+      ++i;
+    } else if (is_name_char(c)) {
+      size_t j = i;
+      while (j < n && is_name_char(rhs[j])) ++j;
+      out.push_back(rhs.substr(i, j - i));
+      i = j;
+    } else {
+      ++i;
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -69,7 +95,7 @@ std::string prefix_gbnf_rules(const std::string& gbnf, const std::string& prefix
 
 std::string arena_to_gbnf(const std::string& serialized_arena,
                           const std::map<std::string, std::string>& schemas, bool lazy,
-                          bool single_call) {
+                          bool single_call, bool outer_only) {
   common_peg_arena arena;
   arena.load(serialized_arena);
   // A saved arena keeps its schema nodes' names but not the schemas; without them the
@@ -130,12 +156,56 @@ std::string arena_to_gbnf(const std::string& serialized_arena,
   };
   arena.build_grammar(builder, lazy);
 
+  // A format whose parser marks no rule as a trigger has no call syntax to constrain.
+  if (lazy && (index.count("root") == 0 || rules[index["root"]].second.empty())) {
+    throw ChatError("the chat format's parser has no tool-call rule");
+  }
+  // A lazy root is every trigger rule; where one trigger rule holds another (DeepSeek's
+  // calls section holds its calls) the parser finds calls only inside the outer one, so
+  // with outer_only the root is the outermost trigger rules.
+  if (lazy && outer_only && index.count("root") != 0) {
+    std::vector<std::string> alts;
+    {
+      const std::string& rhs = rules[index["root"]].second;
+      size_t at = 0;
+      while (at <= rhs.size()) {
+        const size_t bar = rhs.find(" | ", at);
+        alts.push_back(rhs.substr(at, bar == std::string::npos ? std::string::npos : bar - at));
+        if (bar == std::string::npos) break;
+        at = bar + 3;
+      }
+    }
+    auto reaches = [&](const std::string& from, const std::string& to) {
+      std::vector<std::string> todo{from};
+      std::set<std::string> seen;
+      while (!todo.empty()) {
+        const std::string name = todo.back();
+        todo.pop_back();
+        auto it = index.find(name);
+        if (it == index.end() || !seen.insert(name).second) continue;
+        for (const std::string& ref : referenced_rules(rules[it->second].second)) {
+          if (ref == to) return true;
+          todo.push_back(ref);
+        }
+      }
+      return false;
+    };
+    std::string root;
+    for (const std::string& a : alts) {
+      bool inner = false;
+      for (const std::string& b : alts) inner = inner || (b != a && reaches(b, a));
+      if (!inner) root += (root.empty() ? "" : " | ") + a;
+    }
+    if (!root.empty()) rules[index["root"]].second = root;
+  }
+
   // Formats whose calls are repeated call sections ("tool-calls ::= (tool-call? space)+", a
-  // repetition that may match nothing): one call section, or several separated by
-  // whitespace, each a real call.
+  // repetition that may match nothing, or the same with every section a call): one call
+  // section, or several separated by whitespace, each a real call.
   if (lazy && index.count("tool-call") != 0 && index.count("root") != 0 &&
       index.count("tool-calls") != 0 &&
-      rules[index["tool-calls"]].second == "(tool-call? space)+") {
+      (rules[index["tool-calls"]].second == "(tool-call? space)+" ||
+       rules[index["tool-calls"]].second == "(tool-call space)+")) {
     rules[index["tool-calls"]].second = "tool-call (space tool-call)*";
     rules[index["root"]].second = single_call ? "tool-call" : "tool-calls";
   }

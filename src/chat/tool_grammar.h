@@ -15,10 +15,11 @@ namespace lacuna::chat::detail {
 // JSON Schema text. Throws ChatError for a schema node without an entry, and lacuna's
 // SchemaError (with its JSON pointer) for a schema lacuna refuses. single_call: where the
 // format repeats call sections ("tool-calls ::= (tool-call? space)+"), the root is one
-// "tool-call" section; otherwise one or more of them.
+// "tool-call" section; otherwise one or more of them. outer_only: a lazy root of only the
+// trigger rules no other trigger rule holds (the outermost call syntax).
 std::string arena_to_gbnf(const std::string& serialized_arena,
                           const std::map<std::string, std::string>& schemas, bool lazy,
-                          bool single_call);
+                          bool single_call, bool outer_only = false);
 
 // Renames every rule of a GBNF text to `prefix` + name (the root rule becomes `prefix`
 // itself), leaving string literals, character classes and repetition bounds alone.
