@@ -510,7 +510,7 @@ struct Server::Impl {
   // fault (500), counted and reported without taking the process down.
   httplib::Server::Handler wrap(
       std::function<void(const httplib::Request&, httplib::Response&)> f) {
-    return [this, f](const httplib::Request& req, httplib::Response& res) {
+    return [f](const httplib::Request& req, httplib::Response& res) {
       try {
         f(req, res);
       } catch (const ApiError& e) {
