@@ -94,6 +94,9 @@ std::vector<std::string> get_string_list(const json& j, const char* key, bool al
   const json* v = field(j, key);
   std::vector<std::string> out;
   if (!v) return out;
+  // Sized before filling: no reallocating insert (libFuzzer links its own, uninstrumented
+  // copy of std::vector<std::string>'s, which ASan then reports as a bad free).
+  out.reserve(v->is_array() ? v->size() : 1);
   if (v->is_string() && allow_single) {
     out.push_back(v->get<std::string>());
   } else if (v->is_array()) {
