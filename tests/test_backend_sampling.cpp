@@ -262,6 +262,45 @@ TEST(BackendSampling, GeneratorWithTemperatureIsDeterministic) {
   }
 }
 
+// A fork (another sequence, the KV copied) gets its own chain, attached to its sequence, with
+// the constraint's state: both continue as on the CPU path.
+TEST(BackendSampling, ForkedGeneratorsContinueAsOnTheCpuPath) {
+  ModelHandle model = testing::load_model("tiny-llama3");
+  ASSERT_NE(model, nullptr);
+  const llama_vocab* vocab = llama_model_get_vocab(model.get());
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = 512;
+  cp.n_batch = 128;
+  cp.n_ubatch = 128;
+  cp.n_seq_max = 2;
+  cp.kv_unified = true;
+  cp.n_threads = 1;
+  cp.n_threads_batch = 1;
+  ContextHandle ctx(llama_init_from_model(model.get(), cp));
+  ASSERT_NE(ctx, nullptr);
+  const auto prompt = testing::tokenize(vocab, kPrompts[0], true);
+  auto run = [&](bool backend) {
+    llama_memory_clear(llama_get_memory(ctx.get()), true);
+    GeneratorConfig cfg;
+    cfg.max_tokens = 40;
+    cfg.decode.backend_sampling = backend;
+    Generator a(ctx.get(), cfg, cases()[1].make(vocab));
+    a.prefill(prompt);
+    for (int i = 0; i < 3 && !a.done(); ++i) a.next();
+    llama_memory_seq_cp(llama_get_memory(ctx.get()), 0, 1, -1, -1);
+    std::unique_ptr<Generator> b = a.fork(1);
+    EXPECT_EQ(b->backend_sampling(), backend);
+    a.generate();
+    b->generate();
+    return std::make_pair(a.tokens(), b->tokens());
+  };
+  const auto want = run(false);
+  const auto got = run(true);
+  EXPECT_EQ(got.first, want.first);
+  EXPECT_EQ(got.second, want.second);
+  EXPECT_EQ(got.first, got.second);  // greedy: the fork continues exactly as its parent
+}
+
 // The mask computed on a worker thread during the pass (no skipping: every position's mask is
 // needed only after its pass): the same tokens, and the masks did run there.
 TEST(BackendSampling, OverlappedMaskGivesTheSameTokens) {
