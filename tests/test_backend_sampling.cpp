@@ -301,6 +301,38 @@ TEST(BackendSampling, ForkedGeneratorsContinueAsOnTheCpuPath) {
   EXPECT_EQ(got.first, got.second);  // greedy: the fork continues exactly as its parent
 }
 
+// Logit bias runs in the graph too (a new chain when it changes); surprisal tracking needs the
+// logits on the host, so it detaches the chain (with a notice) and samples on the CPU.
+TEST(BackendSampling, LogitBiasInTheGraphAndCpuFallback) {
+  ModelHandle model = testing::load_model("tiny-qwen2");
+  ASSERT_NE(model, nullptr);
+  const llama_vocab* vocab = llama_model_get_vocab(model.get());
+  ContextHandle ctx = make_ctx(model.get(), 1);
+  const auto prompt = testing::tokenize(vocab, kPrompts[1], true);
+  const auto biased = testing::tokenize(vocab, " \"", false);
+  ASSERT_FALSE(biased.empty());
+  auto run = [&](bool backend, bool surprisal) {
+    llama_memory_clear(llama_get_memory(ctx.get()), true);
+    GeneratorConfig cfg;
+    cfg.max_tokens = 40;
+    cfg.decode.backend_sampling = backend;
+    Generator g(ctx.get(), cfg, cases()[1].make(vocab));
+    g.set_logit_bias({{biased[0], 4.0f}, {biased.back(), -2.5f}});
+    if (surprisal) g.set_track_surprisal(true);
+    const bool on = g.backend_sampling();
+    g.prefill(prompt);
+    g.generate();
+    return std::make_pair(g.tokens(), on);
+  };
+  const auto want = run(false, false);
+  const auto got = run(true, false);
+  EXPECT_TRUE(got.second);
+  EXPECT_EQ(got.first, want.first);
+  const auto fallback = run(true, true);
+  EXPECT_FALSE(fallback.second);
+  EXPECT_EQ(fallback.first, want.first);
+}
+
 // The mask computed on a worker thread during the pass (no skipping: every position's mask is
 // needed only after its pass): the same tokens, and the masks did run there.
 TEST(BackendSampling, OverlappedMaskGivesTheSameTokens) {
