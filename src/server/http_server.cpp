@@ -550,6 +550,15 @@ struct Server::Impl {
              }));
 
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      // Every body here is JSON. A client that does not say so (curl -d, urllib) sends
+      // application/x-www-form-urlencoded, which cpp-httplib would parse as a form and
+      // refuse past 8 KiB (413): read it as JSON. (req is the server's own non-const
+      // object, handed over as const.)
+      if (req.get_header_value("Content-Type") == "application/x-www-form-urlencoded") {
+        auto& headers = const_cast<httplib::Request&>(req).headers;
+        headers.erase("Content-Type");
+        headers.emplace("Content-Type", "application/json");
+      }
       if (opt.api_key.empty() || req.path == "/health")
         return httplib::Server::HandlerResponse::Unhandled;
       const std::string auth = req.get_header_value("Authorization");

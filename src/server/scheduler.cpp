@@ -276,9 +276,12 @@ void Scheduler::end(Active& a, bool ok, int status, const std::string& error) {
     r.stats = g.stats();
     r.stop = r.stats.stop;
     r.prompt_tokens = a.job->prompt.size();
+    // What the prefill did not decode. (Not tokens_reused: the chunks of one prompt reuse
+    // each other's KV, which counts as reuse of the branch's own tokens.)
     const kv::KvStats& kv = a.branch.kv_stats();
-    r.cached_tokens = static_cast<size_t>(
-        std::min<uint64_t>(kv.tokens_reused - a.kv_before.tokens_reused, r.prompt_tokens));
+    const uint64_t decoded = kv.tokens_recomputed - a.kv_before.tokens_recomputed;
+    r.cached_tokens =
+        decoded >= r.prompt_tokens ? 0 : r.prompt_tokens - static_cast<size_t>(decoded);
     r.completion_tokens = g.tokens().size();
     r.queue_ms = ms_between(a.job->arrival, a.admitted);
     r.ttft_ms =

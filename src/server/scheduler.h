@@ -27,7 +27,7 @@ struct JobResult {
   StopReason stop = StopReason::none;
   GenerationStats stats;
   size_t prompt_tokens = 0;
-  size_t cached_tokens = 0;  // prompt tokens whose KV was reused (prefix cache, own, disk)
+  size_t cached_tokens = 0;  // prompt tokens not decoded (KV from the prefix cache or disk)
   size_t completion_tokens = 0;
   double queue_ms = 0;     // arrival to admission
   double prefill_ms = 0;   // admission to the prompt's logits (chunks and others' steps included)

@@ -395,6 +395,11 @@ await check('other endpoints: models, tokenize/detokenize, apply-template, healt
   }
   const s = await (await fetch(server.url + '/slots', { headers: { Authorization: `Bearer ${API_KEY}` } })).json();
   assert.equal(s.length, PARALLEL);
+  // A JSON body sent as a form (curl -d's default type), larger than httplib's 8 KiB form limit.
+  const form = await rawPost(server.url, '/v1/chat/completions',
+                             { messages: user('x'.repeat(10000)), max_tokens: 2, temperature: 0 },
+                             { 'Content-Type': 'application/x-www-form-urlencoded' });
+  assert.equal(form.status, 200, form.text);
 });
 
 const system = { role: 'system', content: 'You are a helpful assistant. '.repeat(40) };
