@@ -339,6 +339,74 @@ TEST(ChatTools, NothingIsConstrainedInsideThinking) {
   EXPECT_EQ(n_allowed(), c->n_vocab());
 }
 
+// A thinking budget: past N tokens of reasoning only the end tag's tokens are allowed; after
+// it the answer is free again (no tools), and rolling back below the budget frees the mask.
+TEST(ChatTools, ThinkingBudgetForcesTheEndOfReasoning) {
+  Loaded L = load("tiny-qwen3");
+  chat::Request r;
+  r.messages = chat::messages_from_json(R"([{"role": "user", "content": "Think briefly."}])");
+  r.thinking_budget = 6;
+  const chat::Prompt p = L.tmpl.apply(r);
+  ASSERT_EQ(p.thinking_start, "<think>");
+  auto c = chat::make_constraint(L.model.vocab_ptr(), p);
+  ASSERT_NE(c, nullptr);  // no tools, but a budget: a gate over a free answer
+  std::vector<uint32_t> mask(lacuna::bitmask_words(c->n_vocab()));
+  const auto allowed = [&] {
+    c->fill_next_token_bitmask(mask.data());
+    std::vector<lacuna::Token> out;
+    for (size_t t = 0; t < c->n_vocab(); ++t) {
+      if (lacuna::bitmask_test(mask.data(), t)) out.push_back(static_cast<lacuna::Token>(t));
+    }
+    return out;
+  };
+  const auto tokens = [&](const std::string& text) {
+    return chat::tokenize_prompt(L.model.vocab_ptr(), text);
+  };
+  for (lacuna::Token t : tokens("<think>")) ASSERT_TRUE(c->accept_token(t));
+  const std::vector<lacuna::Token> words = tokens(" one two three four five six seven");
+  ASSERT_GE(words.size(), 7u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(allowed().size(), c->n_vocab()) << i;
+    ASSERT_TRUE(c->accept_token(words[i]));
+  }
+  // The budget is spent: only tokens spelling "</think>" (its pieces from the start).
+  const std::vector<lacuna::Token> closing = allowed();
+  ASSERT_FALSE(closing.empty());
+  EXPECT_LT(closing.size(), 16u);
+  const std::vector<lacuna::Token> end = tokens("</think>");
+  EXPECT_NE(std::find(closing.begin(), closing.end(), end[0]), closing.end());
+  EXPECT_FALSE(c->accept_token(words[6]));  // more reasoning is refused
+  ASSERT_EQ(allowed().size(), closing.size());
+  // Rolling back below the budget frees the mask again.
+  ASSERT_TRUE(c->rollback(1));
+  EXPECT_EQ(allowed().size(), c->n_vocab());
+  ASSERT_TRUE(c->accept_token(words[5]));
+  for (lacuna::Token t : end) {  // each piece of the tag is among the allowed ones
+    const std::vector<lacuna::Token> now = allowed();
+    EXPECT_NE(std::find(now.begin(), now.end(), t), now.end());
+    ASSERT_TRUE(c->accept_token(t));
+  }
+  EXPECT_EQ(allowed().size(), c->n_vocab());  // after the reasoning: free
+  // A generation with the budget, on a template whose prompt opens the reasoning block
+  // (DeepSeek-R1's), ends its reasoning within the budget and the tag's pieces.
+  Loaded Q = load("tiny-qwen2");
+  const chat::Template r1 = chat::Template::from_source(
+      chat::Template::load_source("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"), "<s>", "</s>");
+  const chat::Prompt open = r1.apply(r);
+  ASSERT_TRUE(open.thinking_open);
+  for (uint32_t seed : {1u, 2u}) {
+    bool complete = false;
+    const std::string out = generate(Q, open, 1.0f, seed, &complete);
+    const size_t close = out.find("</think>");
+    ASSERT_NE(close, std::string::npos) << out;
+    EXPECT_LE(chat::tokenize_prompt(Q.model.vocab_ptr(), out.substr(0, close)).size(), 6u + 2u)
+        << out;  // retokenized text may merge or split a little
+    chat::Message m;
+    ASSERT_NO_THROW(m = chat::parse(open, out, !complete)) << out;
+    EXPECT_EQ(m.content.find("</think>"), std::string::npos) << out;  // the tag ended it
+  }
+}
+
 TEST(ChatTools, BadInputGetsClearErrors) {
   Loaded L = load("tiny-qwen2");
   chat::Request r = request(3, "tool_7", false);

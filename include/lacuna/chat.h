@@ -71,6 +71,9 @@ struct Request {
   // response_format: a JSON Schema the whole answer (after any reasoning) must match;
   // json_object is the schema {"type": "object"}. Empty: none.
   std::string response_schema;
+  // Thinking templates: after this many tokens of reasoning, its end tag is forced (then the
+  // answer goes on as usual). Negative: no budget.
+  int32_t thinking_budget = -1;
 };
 
 // OpenAI's shapes. Throw ChatError naming the JSON pointer of the bad part.
@@ -89,6 +92,7 @@ struct Prompt {
   std::string thinking_start;             // e.g. "<think>" (empty: the format has no reasoning)
   std::vector<std::string> thinking_end;  // e.g. "</think>"
   bool thinking_open = false;             // the prompt ends inside the reasoning block
+  int32_t thinking_budget = -1;           // Request::thinking_budget
   std::vector<std::string> stops;         // extra stop strings of the format
   // The constraint: lacuna GBNF of what follows the reasoning (empty: unconstrained), and
   // the triggers before which text is free (empty: constrained from the start): ECMAScript
@@ -146,8 +150,8 @@ Message parse(const Prompt& prompt, std::string_view output, bool partial = fals
 // The constraint for the prompt's answer (nullptr when the prompt has none): free text until
 // a trigger (tool_choice auto), then the call syntax; reasoning is never constrained: the
 // constraint starts after the reasoning block's end (or at once when the answer does not
-// open one). Throws ChatError when the grammar does not compile or the prompt has a
-// constraint_error.
+// open one), except that past a thinking budget only the end tag's tokens are allowed. Throws
+// ChatError when the grammar does not compile or the prompt has a constraint_error.
 std::unique_ptr<Constraint> make_constraint(const llama_vocab* vocab, const Prompt& prompt);
 
 // A conversation kept warm across turns: each turn's prompt tokens are exactly those of a

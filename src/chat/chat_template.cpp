@@ -375,6 +375,7 @@ Prompt Template::apply(const Request& r) const {
   p.parser_format = static_cast<int>(shown.format);
   p.parse_tool_calls = has_tools && r.tool_choice.mode != ToolChoice::Mode::none;
   if (shown.supports_thinking && r.enable_thinking) {
+    p.thinking_budget = r.thinking_budget;
     p.thinking_start = shown.thinking_start_tag;
     p.thinking_end = shown.thinking_end_tags;
     const std::string gp = trim(shown.generation_prompt);

@@ -44,11 +44,37 @@ class ByteFedGrammar final : public Constraint, public ByteAcceptor {
   GrammarMatcher* matcher_ = nullptr;
 };
 
+// The inner constraint of an answer that is free after its reasoning (a thinking budget with
+// no tools or response format): every token, always complete.
+class Unconstrained final : public Constraint {
+ public:
+  explicit Unconstrained(size_t n_vocab) : n_vocab_(n_vocab) {}
+  size_t n_vocab() const override { return n_vocab_; }
+  void fill_next_token_bitmask(uint32_t* words) override {
+    const size_t n_words = bitmask_words(n_vocab_);
+    std::memset(words, 0xff, n_words * sizeof(uint32_t));
+    if (n_vocab_ % 32 != 0) words[n_words - 1] = (1u << (n_vocab_ % 32)) - 1u;
+  }
+  bool accept_token(Token t) override { return t >= 0 && static_cast<size_t>(t) < n_vocab_; }
+  bool rollback(size_t) override { return true; }
+  std::unique_ptr<Constraint> fork() const override {
+    return std::make_unique<Unconstrained>(n_vocab_);
+  }
+  void reset() override {}
+  bool is_completed() const override { return true; }
+  bool is_terminated() const override { return false; }
+  size_t forced_tokens(std::vector<Token>&, size_t) const override { return 0; }
+
+ private:
+  size_t n_vocab_;
+};
+
 struct GateShared {
   std::string start;                // reasoning start tag ("<think>")
   std::vector<std::string> ends;    // end tags ("</think>")
-  std::vector<std::string> pieces;  // every token's text (for the undecided state's mask)
+  std::vector<std::string> pieces;  // every token's text (undecided state, budget's close)
   TokenPieceFn piece;
+  int32_t budget = -1;  // tokens of reasoning after which its end is forced (-1: none)
 };
 
 class ReasoningGate final : public Constraint {
@@ -69,6 +95,9 @@ class ReasoningGate final : public Constraint {
       return;
     }
     if (state_ == State::thinking) {
+      if (budget_spent() && fill_closing_mask(words, n_words)) {
+        return;
+      }
       std::memset(words, 0xff, n_words * sizeof(uint32_t));
       if (n_vocab % 32 != 0) words[n_words - 1] = (1u << (n_vocab % 32)) - 1u;
       return;
@@ -88,6 +117,11 @@ class ReasoningGate final : public Constraint {
 
   bool accept_token(Token t) override {
     Record rec{state_, thinking_.size(), Kind::gate};
+    rec.thinking_tokens = thinking_tokens_;
+    if (state_ == State::thinking) {
+      if (budget_spent() && !closes(t)) return false;
+      ++thinking_tokens_;
+    }
     if (state_ == State::open) {
       if (!inner_->accept_token(t)) return false;
       rec.kind = Kind::inner;
@@ -139,6 +173,7 @@ class ReasoningGate final : public Constraint {
           inner_->reset();
           state_ = rec.state;
           thinking_.resize(rec.thinking_size);
+          thinking_tokens_ = rec.thinking_tokens;
           return false;
         }
       }
@@ -168,6 +203,7 @@ class ReasoningGate final : public Constraint {
       }
       state_ = rec.state;
       thinking_.resize(rec.thinking_size);
+      thinking_tokens_ = rec.thinking_tokens;
       prefix_.resize(rec.prefix_size);
       inner_alive_ = rec.inner_alive;
     }
@@ -178,6 +214,7 @@ class ReasoningGate final : public Constraint {
     auto g = std::make_unique<ReasoningGate>(inner_->fork(), shared_, initial_);
     g->state_ = state_;
     g->thinking_ = thinking_;
+    g->thinking_tokens_ = thinking_tokens_;
     g->history_ = history_;
     g->prefix_ = prefix_;
     g->inner_alive_ = inner_alive_;
@@ -189,6 +226,7 @@ class ReasoningGate final : public Constraint {
     inner_->reset();
     state_ = initial_;
     thinking_.clear();
+    thinking_tokens_ = 0;
     history_.clear();
     prefix_.clear();
     inner_alive_ = true;
@@ -212,7 +250,48 @@ class ReasoningGate final : public Constraint {
     Kind kind;
     size_t prefix_size = 0;
     bool inner_alive = true;
+    size_t thinking_tokens = 0;
   };
+  bool budget_spent() const {
+    return shared_->budget >= 0 && thinking_tokens_ >= static_cast<size_t>(shared_->budget);
+  }
+  // What of the first end tag is still to come (after what of it the reasoning ends with).
+  std::string_view closing_rest() const {
+    const std::string& end = shared_->ends.front();
+    size_t k = std::min(end.size() - 1, thinking_.size());
+    while (k > 0 && thinking_.compare(thinking_.size() - k, k, end, 0, k) != 0) --k;
+    return std::string_view(end).substr(k);
+  }
+  static bool spells(std::string_view rest, const std::string& piece) {
+    return !piece.empty() && piece.size() <= rest.size() &&
+           rest.compare(0, piece.size(), piece) == 0;
+  }
+  // Past the budget: only tokens that spell the rest of the end tag. False when no token
+  // does (the mask stays free).
+  bool fill_closing_mask(uint32_t* words, size_t n_words) const {
+    const std::string_view rest = closing_rest();
+    std::memset(words, 0, n_words * sizeof(uint32_t));
+    bool any = false;
+    for (size_t t = 0; t < shared_->pieces.size(); ++t) {
+      if (spells(rest, shared_->pieces[t])) {
+        bitmask_set(words, static_cast<Token>(t));
+        any = true;
+      }
+    }
+    return any;
+  }
+  // Whether token t may follow once the budget is spent (as fill_closing_mask allows).
+  bool closes(Token t) const {
+    const std::string_view rest = closing_rest();
+    if (t >= 0 && static_cast<size_t>(t) < shared_->pieces.size() &&
+        spells(rest, shared_->pieces[static_cast<size_t>(t)])) {
+      return true;
+    }
+    for (const std::string& piece : shared_->pieces) {
+      if (spells(rest, piece)) return false;
+    }
+    return true;
+  }
   // Whether `piece` after prefix_ stays on the start tag (a prefix of it, or past it).
   bool tag_consistent(const std::string& piece) const {
     const std::string& start = shared_->start;
@@ -232,9 +311,10 @@ class ReasoningGate final : public Constraint {
   std::shared_ptr<const GateShared> shared_;
   State initial_;
   State state_;
-  std::string thinking_;     // reasoning text seen so far (without the start tag)
-  std::string prefix_;       // undecided: the answer so far, a proper prefix of the start tag
-  bool inner_alive_ = true;  // undecided: the inner constraint accepted every token so far
+  std::string thinking_;        // reasoning text seen so far (without the start tag)
+  size_t thinking_tokens_ = 0;  // tokens accepted inside the reasoning block
+  std::string prefix_;          // undecided: the answer so far, a proper prefix of the start tag
+  bool inner_alive_ = true;     // undecided: the inner constraint accepted every token so far
   std::vector<Token> undecided_tokens_;  // undecided: those tokens
   std::vector<Record> history_;
 };
@@ -243,13 +323,20 @@ class ReasoningGate final : public Constraint {
 
 std::unique_ptr<Constraint> make_constraint(const llama_vocab* vocab, const Prompt& prompt) {
   if (!prompt.constraint_error.empty()) throw ChatError(prompt.constraint_error);
-  if (prompt.gbnf.empty()) return nullptr;
+  const bool reasons =
+      (!prompt.thinking_start.empty() || prompt.thinking_open) && !prompt.thinking_end.empty();
+  const bool budget = prompt.thinking_budget >= 0 && reasons;
+  if (prompt.gbnf.empty() && !budget) return nullptr;
   if (vocab == nullptr) throw ChatError("make_constraint: null vocabulary");
   std::unique_ptr<Constraint> c;
-  try {
-    c = std::make_unique<ByteFedGrammar>(decode::make_grammar_constraint(vocab, prompt.gbnf));
-  } catch (const std::exception& e) {
-    throw ChatError(std::string("the answer's grammar does not compile: ") + e.what());
+  if (prompt.gbnf.empty()) {
+    c = std::make_unique<Unconstrained>(static_cast<size_t>(llama_vocab_n_tokens(vocab)));
+  } else {
+    try {
+      c = std::make_unique<ByteFedGrammar>(decode::make_grammar_constraint(vocab, prompt.gbnf));
+    } catch (const std::exception& e) {
+      throw ChatError(std::string("the answer's grammar does not compile: ") + e.what());
+    }
   }
   const TokenPieceFn piece = vocab_piece_fn(vocab);
   if (!prompt.triggers.empty()) {
@@ -257,13 +344,13 @@ std::unique_ptr<Constraint> make_constraint(const llama_vocab* vocab, const Prom
     t.patterns = prompt.triggers;
     c = std::make_unique<LazyConstraint>(std::move(c), std::move(t), piece);
   }
-  if (prompt.thinking_start.empty() && !prompt.thinking_open) return c;
-  if (prompt.thinking_end.empty()) return c;
+  if (!reasons) return c;
   auto shared = std::make_shared<GateShared>();
   shared->start = prompt.thinking_start;
   shared->ends = prompt.thinking_end;
   shared->piece = piece;
-  if (!shared->start.empty() && !prompt.thinking_open) {
+  shared->budget = budget ? prompt.thinking_budget : -1;
+  if ((!shared->start.empty() && !prompt.thinking_open) || budget) {
     const int32_t n = llama_vocab_n_tokens(vocab);
     shared->pieces.resize(static_cast<size_t>(n));
     for (Token t = 0; t < n; ++t) piece(t, shared->pieces[static_cast<size_t>(t)]);

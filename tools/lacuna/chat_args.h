@@ -19,6 +19,7 @@ struct ChatArgs {
   std::string system;
   bool parallel_tool_calls = false;
   bool no_thinking = false;
+  int thinking_budget = -1;
 
   void add_to(CLI::App& app, bool messages_required) {
     app.add_option("-m,--model", model_path, "GGUF model file")->required();
@@ -31,6 +32,9 @@ struct ChatArgs {
                    "a template name of llama.cpp's models/templates/ or a Jinja file "
                    "(default: the model's own)");
     app.add_flag("--no-thinking", no_thinking, "enable_thinking = false for thinking templates");
+    app.add_option("--thinking-budget", thinking_budget,
+                   "thinking templates: force the end of reasoning after N tokens of it")
+        ->check(CLI::NonNegativeNumber);
   }
 
   // The request of the files and flags. Throws ChatError / std::runtime_error.
@@ -43,6 +47,7 @@ struct ChatArgs {
     r.tool_choice = chat::ToolChoice::parse(tool_choice);
     r.parallel_tool_calls = parallel_tool_calls;
     r.enable_thinking = !no_thinking;
+    r.thinking_budget = thinking_budget;
     return r;
   }
 };
