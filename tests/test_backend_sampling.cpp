@@ -160,6 +160,37 @@ TEST(BackendSampling, AdapterGreedyTokensEqualTheCpuPath) {
   }
 }
 
+// The adapter before llama.cpp's top-k, temperature and dist, all in the graph: the same seed
+// gives the same tokens, and every token is one the constraint allows (no refused accept).
+TEST(BackendSampling, AdapterWithTemperatureIsDeterministicAndConstrained) {
+  ModelHandle model = testing::load_model("tiny-spm");
+  ASSERT_NE(model, nullptr);
+  const llama_vocab* vocab = llama_model_get_vocab(model.get());
+  ContextHandle ctx = make_ctx(model.get(), 1);
+  const auto prompt = testing::tokenize(vocab, kPrompts[0], true);
+  for (const Case& k : cases()) {
+    SCOPED_TRACE(k.name);
+    for (uint32_t seed : {11u, 12u}) {
+      std::vector<Token> runs[2];
+      for (auto& out : runs) {
+        SamplerHandle chain(llama_sampler_chain_init(llama_sampler_chain_default_params()));
+        llama_sampler_chain_add(chain.get(), make_constraint_sampler(k.make(vocab)));
+        llama_sampler_chain_add(chain.get(), llama_sampler_init_top_k(40));
+        llama_sampler_chain_add(chain.get(), llama_sampler_init_temp(0.9f));
+        llama_sampler_chain_add(chain.get(), llama_sampler_init_dist(seed));
+        out = adapter_loop(ctx.get(), chain.get(), true, prompt, sampler_constraint(chain.get()));
+        const auto st = constraint_sampler_status(chain.get());
+        if (k.name != "lazy") {
+          EXPECT_EQ(st.refused_accepts, 0u);
+        }
+        EXPECT_EQ(st.empty_masks, 0u);
+      }
+      EXPECT_FALSE(runs[0].empty());
+      EXPECT_EQ(runs[0], runs[1]) << "seed " << seed;
+    }
+  }
+}
+
 // Two outputs per sequence: the adapter cannot know the second row's mask, so its backend
 // form refuses and the chain samples on the CPU, with the same tokens.
 TEST(BackendSampling, AdapterRefusesSeveralOutputsPerSequence) {
