@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -55,6 +56,9 @@ struct Server::Impl {
   ServerOptions opt;
   Model model;
   std::optional<chat::Template> tmpl;
+  // Template::apply is not safe on several threads at once: llama.cpp's template code formats
+  // the time with localtime (glibc's tzset state; TSan saw the race). One at a time.
+  std::mutex template_mu;
   std::unique_ptr<runtime::Context> ctx;
   Metrics metrics;
   std::unique_ptr<Scheduler> scheduler;
@@ -153,7 +157,10 @@ struct Server::Impl {
         throw ApiError(400, "the model has no chat template; use /v1/completions", "messages");
       chat::Prompt prompt;
       try {
-        prompt = tmpl->apply(g.chat);
+        {
+          std::lock_guard<std::mutex> lock(template_mu);
+          prompt = tmpl->apply(g.chat);
+        }
         if (!constraint) constraint = chat::make_constraint(model.vocab_ptr(), prompt);
       } catch (const chat::ChatError& e) {
         throw ApiError(400, e.what(), e.pointer.empty() ? "" : e.pointer.substr(1));
@@ -403,7 +410,11 @@ struct Server::Impl {
     GenRequest g = parse_chat_request(req.body);
     if (!tmpl) throw ApiError(400, "the model has no chat template", "messages");
     try {
-      const chat::Prompt p = tmpl->apply(g.chat);
+      chat::Prompt p;
+      {
+        std::lock_guard<std::mutex> lock(template_mu);
+        p = tmpl->apply(g.chat);
+      }
       send_json(res, 200, {{"prompt", p.text}, {"format", p.format}});
     } catch (const chat::ChatError& e) {
       throw ApiError(400, e.what(), e.pointer.empty() ? "" : e.pointer.substr(1));
