@@ -207,7 +207,15 @@ void Scheduler::prefill_chunk() {
       // Grow the branch chunk by chunk; KV reused from its own prefix, the prefix cache or
       // the persistent store costs no budget, so a cached prompt goes in at once.
       while (budget > 0 && a.prefilled < prompt.size()) {
-        const size_t target = std::min(prompt.size(), a.prefilled + budget);
+        // The first chunk starts past what the prefix cache holds: a set_tokens reuses at
+        // most its target minus one token, so chunks cut short of the cached path would
+        // each decode the tail of their last block again (measured: 1,664 of 2,020 cached
+        // tokens reused in 512-token chunks).
+        size_t base = a.prefilled;
+        if (base == 0 && ctx_.prefix_cache() != nullptr && prompt.size() > 1) {
+          base = ctx_.prefix_cache()->lookup(prompt, prompt.size() - 1).n_tokens;
+        }
+        const size_t target = std::min(prompt.size(), base + budget);
         const uint64_t before = a.branch.kv_stats().tokens_recomputed;
         a.branch.set_tokens(std::span<const Token>(prompt.data(), target));
         const uint64_t spent = a.branch.kv_stats().tokens_recomputed - before;

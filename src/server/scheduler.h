@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "lacuna/generator.h"
+#include "lacuna/kv.h"
 #include "lacuna/runtime.h"
 #include "server/metrics.h"
 
