@@ -102,6 +102,13 @@ struct Prompt {
   // Why the answer cannot be constrained although it should be (a format without a tool-call
   // syntax lacuna knows how to constrain); make_constraint() throws it. Empty: no problem.
   std::string constraint_error;
+  // llama.cpp's own grammar for the same answer (its JSON-Schema converter; what its server
+  // would enforce), for side-by-side comparisons: GBNF, whether it waits for a trigger, and
+  // the triggers as anchored or unanchored ECMAScript patterns and as token ids.
+  std::string llama_grammar;
+  bool llama_grammar_lazy = false;
+  std::vector<std::string> llama_trigger_patterns;
+  std::vector<int32_t> llama_trigger_tokens;
   // The serialized parser (llama.cpp's PEG arena) and its format id.
   std::string parser;
   int parser_format = 0;

@@ -213,6 +213,34 @@ std::string with_fixed_clock(const std::string& source) {
          "[f] -}}{%- endmacro -%}\n" + source;
 }
 
+// llama.cpp's grammar of a formatting and its triggers, as its sampler setup reads them.
+void set_llama_grammar(Prompt& p, const common_chat_params& c) {
+  p.llama_grammar = c.grammar;
+  p.llama_grammar_lazy = c.grammar_lazy;
+  p.llama_trigger_patterns.clear();
+  p.llama_trigger_tokens.clear();
+  for (const common_grammar_trigger& t : c.grammar_triggers) {
+    switch (t.type) {
+      case COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN:
+        p.llama_trigger_tokens.push_back(t.token);
+        break;
+      case COMMON_GRAMMAR_TRIGGER_TYPE_WORD:
+        p.llama_trigger_patterns.push_back(regex_escape(t.value));
+        break;
+      case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN:
+        p.llama_trigger_patterns.push_back(t.value);
+        break;
+      case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN_FULL: {
+        std::string a = t.value;
+        if (a.empty() || a.front() != '^') a.insert(a.begin(), '^');
+        if (a.back() != '$') a.push_back('$');
+        p.llama_trigger_patterns.push_back(a);
+        break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 struct Template::Impl {
@@ -394,6 +422,7 @@ Prompt Template::apply(const Request& r) const {
     }
   }
 
+  set_llama_grammar(p, shown);
   if (!r.response_schema.empty()) {
     SchemaOptions opt;
     opt.whitespace = SchemaOptions::Whitespace::Compact;
@@ -418,6 +447,7 @@ Prompt Template::apply(const Request& r) const {
   const common_chat_params syntax =
       automatic ? shown : impl_->apply_common(r, callable, COMMON_CHAT_TOOL_CHOICE_REQUIRED);
   if (!automatic) p.parser = syntax.parser;
+  set_llama_grammar(p, syntax);
   std::vector<std::string> words;
   for (const common_grammar_trigger& t : syntax.grammar_triggers) {
     if (t.type == COMMON_GRAMMAR_TRIGGER_TYPE_WORD) words.push_back(t.value);
