@@ -82,26 +82,30 @@ TEST(ChatTemplate, EveryKnownTemplateRendersTheFixedConversation) {
   EXPECT_EQ(rendered + refused_count(refused), names.size() - 4);
 }
 
+// The Qwen 2.5 / Qwen3 format of the fixed conversation (the same Hermes-style text).
+std::string qwen_golden() {
+  return "<|im_start|>system\nYou are a helpful assistant.\n\n# Tools\n\nYou may call one or more "
+         "functions to assist with the user query.\n\nYou are provided with function signatures "
+         "within <tools></tools> XML tags:\n<tools>\n"
+         "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+         "\"Get the weather\", \"parameters\": {\"properties\": {\"city\": {\"type\": "
+         "\"string\"}}, \"required\": [\"city\"], \"type\": \"object\"}}}\n</tools>\n\n"
+         "For each function call, return a json object with function name and arguments within "
+         "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+         "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+         "<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n"
+         "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+         "{\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n"
+         "<|im_start|>user\n<tool_response>\n18 C, sunny\n</tool_response><|im_end|>\n"
+         "<|im_start|>user\nThanks!<|im_end|>\n<|im_start|>assistant\n";
+}
+
 // Qwen 2.5's documented format: ChatML turns, the tools as JSON lines inside <tools> in the
 // system turn, a call as {"name", "arguments"} inside <tool_call>, a tool result as a user
 // turn inside <tool_response>.
 TEST(ChatTemplate, Qwen25RendersItsDocumentedFormat) {
   Template t = Template::from_source(Template::load_source("Qwen-Qwen2.5-7B-Instruct"));
-  const std::string want =
-      "<|im_start|>system\nYou are a helpful assistant.\n\n# Tools\n\nYou may call one or more "
-      "functions to assist with the user query.\n\nYou are provided with function signatures "
-      "within <tools></tools> XML tags:\n<tools>\n"
-      "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
-      "\"Get the weather\", \"parameters\": {\"properties\": {\"city\": {\"type\": "
-      "\"string\"}}, \"required\": [\"city\"], \"type\": \"object\"}}}\n</tools>\n\n"
-      "For each function call, return a json object with function name and arguments within "
-      "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
-      "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
-      "<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n"
-      "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
-      "{\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n"
-      "<|im_start|>user\n<tool_response>\n18 C, sunny\n</tool_response><|im_end|>\n"
-      "<|im_start|>user\nThanks!<|im_end|>\n<|im_start|>assistant\n";
+  const std::string want = qwen_golden();
   EXPECT_EQ(t.apply(fixed_conversation()).text, want);
 }
 
@@ -132,21 +136,7 @@ TEST(ChatTemplate, Llama31RendersItsDocumentedFormat) {
 // assistant turn and leaves the reasoning block to the model.
 TEST(ChatTemplate, Qwen3RendersItsDocumentedFormat) {
   Template t = Template::from_source(Template::load_source("Qwen-Qwen3-0.6B"));
-  const std::string want =
-      "<|im_start|>system\nYou are a helpful assistant.\n\n# Tools\n\nYou may call one or more "
-      "functions to assist with the user query.\n\nYou are provided with function signatures "
-      "within <tools></tools> XML tags:\n<tools>\n"
-      "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
-      "\"Get the weather\", \"parameters\": {\"properties\": {\"city\": {\"type\": "
-      "\"string\"}}, \"required\": [\"city\"], \"type\": \"object\"}}}\n</tools>\n\n"
-      "For each function call, return a json object with function name and arguments within "
-      "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
-      "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
-      "<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n"
-      "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
-      "{\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n"
-      "<|im_start|>user\n<tool_response>\n18 C, sunny\n</tool_response><|im_end|>\n"
-      "<|im_start|>user\nThanks!<|im_end|>\n<|im_start|>assistant\n";
+  const std::string want = qwen_golden();
   const lacuna::chat::Prompt p = t.apply(fixed_conversation());
   EXPECT_EQ(p.text, want);
   EXPECT_EQ(p.thinking_start, "<think>");
