@@ -5,10 +5,12 @@
 #include <json-schema-to-grammar.h>
 #include <peg-parser.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -30,28 +32,37 @@ std::string sanitize(const std::string& name) {
   return out.empty() ? std::string("r") : out;
 }
 
-// The rule names a GBNF right-hand side refers to (words outside literals, classes and
-// repetition bounds).
-std::vector<std::string> referenced_rules(const std::string& rhs) {
-  std::vector<std::string> out;
+// Walks GBNF text: every rule name (a word outside literals, character classes, repetition
+// bounds and comments) goes to on_name, everything else, unchanged, to on_text.
+template <typename OnText, typename OnName>
+void scan_gbnf(const std::string& gbnf, OnText&& on_text, OnName&& on_name) {
   size_t i = 0;
-  const size_t n = rhs.size();
+  const size_t n = gbnf.size();
   while (i < n) {
-    const char c = rhs[i];
+    const char c = gbnf[i];
+    size_t j = i + 1;
     if (c == '"' || c == '[' || c == '{') {
       const char close = c == '"' ? '"' : (c == '[' ? ']' : '}');
-      ++i;
-      while (i < n && rhs[i] != close) i += (rhs[i] == '\\' && i + 1 < n) ? 2 : 1;
-      ++i;
+      while (j < n && gbnf[j] != close) j += (gbnf[j] == '\\' && j + 1 < n) ? 2 : 1;
+      j = std::min(j + 1, n);
+    } else if (c == '#') {
+      while (j < n && gbnf[j] != '\n') ++j;
     } else if (is_name_char(c)) {
-      size_t j = i;
-      while (j < n && is_name_char(rhs[j])) ++j;
-      out.push_back(rhs.substr(i, j - i));
+      while (j < n && is_name_char(gbnf[j])) ++j;
+      on_name(std::string_view(gbnf).substr(i, j - i));
       i = j;
-    } else {
-      ++i;
+      continue;
     }
+    on_text(std::string_view(gbnf).substr(i, j - i));
+    i = j;
   }
+}
+
+// The rule names a GBNF right-hand side refers to.
+std::vector<std::string> referenced_rules(const std::string& rhs) {
+  std::vector<std::string> out;
+  scan_gbnf(
+      rhs, [](std::string_view) {}, [&](std::string_view w) { out.emplace_back(w); });
   return out;
 }
 
@@ -60,36 +71,17 @@ std::vector<std::string> referenced_rules(const std::string& rhs) {
 std::string prefix_gbnf_rules(const std::string& gbnf, const std::string& prefix) {
   std::string out;
   out.reserve(gbnf.size() + gbnf.size() / 4);
-  size_t i = 0;
-  const size_t n = gbnf.size();
-  auto copy_quoted = [&](char close) {
-    out += gbnf[i++];
-    while (i < n && gbnf[i] != close) {
-      if (gbnf[i] == '\\' && i + 1 < n) out += gbnf[i++];
-      out += gbnf[i++];
-    }
-    if (i < n) out += gbnf[i++];
-  };
-  while (i < n) {
-    const char c = gbnf[i];
-    if (c == '"') {
-      copy_quoted('"');
-    } else if (c == '[') {
-      copy_quoted(']');
-    } else if (c == '{') {
-      copy_quoted('}');
-    } else if (c == '#') {
-      while (i < n && gbnf[i] != '\n') out += gbnf[i++];
-    } else if (is_name_char(c)) {
-      size_t j = i;
-      while (j < n && is_name_char(gbnf[j])) ++j;
-      const std::string word = gbnf.substr(i, j - i);
-      out += word == "root" ? prefix : prefix + "-" + word;
-      i = j;
-    } else {
-      out += gbnf[i++];
-    }
-  }
+  scan_gbnf(
+      gbnf, [&](std::string_view text) { out += text; },
+      [&](std::string_view word) {
+        if (word == "root") {
+          out += prefix;
+        } else {
+          out += prefix;
+          out += '-';
+          out += word;
+        }
+      });
   return out;
 }
 
