@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chi_square.h"
 #include "decode/constraint_factory.h"
 #include "generator_fixtures.h"
 #include "lacuna/generator.h"
@@ -392,46 +393,8 @@ TEST(BackendSampling, OverlappedMaskGivesTheSameTokens) {
   }
 }
 
-// Two-sample chi-square statistic over categories (rare ones merged), as in
-// test_skip_differential.cpp.
-std::pair<double, int> chi_square(const std::map<std::string, int>& a,
-                                  const std::map<std::string, int>& b, int min_count) {
-  std::map<std::string, std::pair<int, int>> cells;
-  for (const auto& [key, v] : a) cells[key].first += v;
-  for (const auto& [key, v] : b) cells[key].second += v;
-  std::vector<std::pair<int, int>> merged;
-  std::pair<int, int> rare{0, 0};
-  for (const auto& [key, v] : cells) {
-    if (v.first + v.second < min_count) {
-      rare.first += v.first;
-      rare.second += v.second;
-    } else {
-      merged.push_back(v);
-    }
-  }
-  if (rare.first + rare.second > 0) merged.push_back(rare);
-  double na = 0;
-  double nb = 0;
-  for (const auto& c : merged) {
-    na += c.first;
-    nb += c.second;
-  }
-  double stat = 0;
-  for (const auto& c : merged) {
-    const double tot = c.first + c.second;
-    const double ea = tot * na / (na + nb);
-    const double eb = tot * nb / (na + nb);
-    stat += (c.first - ea) * (c.first - ea) / ea + (c.second - eb) * (c.second - eb) / eb;
-  }
-  return {stat, static_cast<int>(merged.size()) - 1};
-}
-
-double chi_square_critical_999(int df) {
-  const double z = 3.0902;
-  const double d = df;
-  const double t = 1.0 - 2.0 / (9.0 * d) + z * std::sqrt(2.0 / (9.0 * d));
-  return d * t * t * t;
-}
+using lacuna::testing::chi_square;
+using lacuna::testing::chi_square_critical_999;
 
 TEST(BackendSampling, DistributionMatchesTheCpuPath) {
   ModelHandle model = testing::load_model("tiny-spm");
