@@ -7,6 +7,7 @@
 # LD_PRELOADed to load it).
 # Usage: run_tests.sh SRC_DIR WORK_DIR LIBLACUNA MODEL [SANITIZERS]
 set -euo pipefail
+. "$(dirname "$0")/../../tests/node_common.sh"
 if [ $# -lt 4 ]; then
   echo "usage: $0 SRC_DIR WORK_DIR LIBLACUNA MODEL [SANITIZERS]" >&2
   exit 2
@@ -16,10 +17,7 @@ if [ -n "$sanitize" ]; then
   echo "SKIP: liblacuna.so is built with -fsanitize=$sanitize; node cannot load it without LD_PRELOAD of the sanitizer runtime"
   exit 77
 fi
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "SKIP: node or npm is not installed"
-  exit 77
-fi
+require_node
 major="$(node -p 'process.versions.node.split(".")[0]')"
 if [ "$major" -lt 18 ]; then
   echo "SKIP: node $(node --version) has no usable test runner (node --test needs 18 or later)"
@@ -30,9 +28,6 @@ rm -rf "$work/test"
 cp "$src/package.json" "$src/package-lock.json" "$src/index.js" "$src/index.d.ts" "$work/"
 cp -r "$src/test" "$work/test"
 cd "$work"
-if [ ! -d node_modules/koffi ] || ! cmp -s package-lock.json node_modules/.package-lock.json.src 2>/dev/null; then
-  npm ci --cache "${LACUNA_NPM_CACHE:-$HOME/.cache/lacuna/npm}" --prefer-offline --no-audit --no-fund --loglevel=error
-  cp package-lock.json node_modules/.package-lock.json.src
-fi
+npm_ci_once koffi
 export LACUNA_LIB="$lib" LACUNA_TEST_MODEL="$model"
 exec node --test --test-reporter=spec test/*.test.mjs

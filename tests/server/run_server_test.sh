@@ -6,20 +6,15 @@
 # then runs 5-20x slower than the test's time bounds assume).
 # Usage: run_server_test.sh SRC_DIR WORK_DIR LACUNA MODEL [SANITIZERS]
 set -euo pipefail
+. "$(dirname "$0")/../node_common.sh"
 src="$1" work="$2" lacuna="$3" model="$4" sanitize="${5:-}"
 if [ -n "$sanitize" ]; then
   echo "SKIP: lacuna is built with -fsanitize=$sanitize; the server test's time bounds assume a plain build"
   exit 77
 fi
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "SKIP: node or npm is not installed"
-  exit 77
-fi
+require_node
 mkdir -p "$work"
 cp "$src/package.json" "$src/package-lock.json" "$src/server_test.mjs" "$work/"
 cd "$work"
-if [ ! -d node_modules/openai ] || ! cmp -s package-lock.json node_modules/.package-lock.json.src 2>/dev/null; then
-  npm ci --cache "${LACUNA_NPM_CACHE:-$HOME/.cache/lacuna/npm}" --prefer-offline --no-audit --no-fund --loglevel=error
-  cp package-lock.json node_modules/.package-lock.json.src
-fi
+npm_ci_once openai
 exec node server_test.mjs "$lacuna" "$model"
