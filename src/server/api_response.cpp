@@ -125,41 +125,78 @@ std::optional<std::string> growth(const std::string& sent, const std::string& no
 
 }  // namespace
 
+bool ChatStream::extends_sent(const chat::Message& m) const {
+  if (!m.reasoning_content.starts_with(sent_reasoning_) || !m.content.starts_with(sent_content_) ||
+      m.tool_calls.size() < sent_calls_.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < sent_calls_.size(); ++i) {
+    const chat::ToolCall& c = m.tool_calls[i];
+    const SentCall& s = sent_calls_[i];
+    if (c.id != s.id || c.name != s.name || !c.arguments.starts_with(s.arguments)) return false;
+  }
+  return true;
+}
+
+void ChatStream::append_deltas(const chat::Message& m, bool final, std::vector<json>& out) {
+  const auto cut = [final](const std::string& s) {
+    return final ? s : s.substr(0, utf8_complete_prefix(s));
+  };
+  if (auto g = growth(sent_reasoning_, cut(m.reasoning_content))) {
+    out.push_back({{"reasoning_content", *g}});
+    sent_reasoning_ += *g;
+  }
+  if (auto g = growth(sent_content_, cut(m.content))) {
+    out.push_back({{"content", *g}});
+    sent_content_ += *g;
+  }
+  for (size_t i = 0; i < m.tool_calls.size(); ++i) {
+    const chat::ToolCall& c = m.tool_calls[i];
+    if (i == sent_calls_.size()) {
+      // A call is announced once its name is whole: the parser is past it, into the
+      // arguments (more than the "{" it opens them with) or on to the next call.
+      const bool named = final || i + 1 < m.tool_calls.size() || c.arguments.size() > 1;
+      if (c.name.empty() || !named) break;
+      sent_calls_.push_back({c.id, c.name, ""});
+      out.push_back(
+          {{"tool_calls", json::array({{{"index", i},
+                                        {"id", c.id},
+                                        {"type", "function"},
+                                        {"function", {{"name", c.name}, {"arguments", ""}}}}})}});
+    }
+    SentCall& s = sent_calls_[i];
+    if (auto g = growth(s.arguments, cut(c.arguments))) {
+      out.push_back(
+          {{"tool_calls", json::array({{{"index", i}, {"function", {{"arguments", *g}}}}})}});
+      s.arguments += *g;
+    }
+  }
+}
+
 std::vector<json> ChatStream::feed(const std::string& output, bool final) {
   std::vector<json> out;
   chat::Message m;
   const bool plain = plain_answer(prompt_, has_tools_);
-  if (final) {
+  if (plain) {
+    m.content = output;
+  } else if (final) {
     m = final_message(prompt_, has_tools_, output);
-  } else if (plain) {
-    m.content = output.substr(0, utf8_complete_prefix(output));
+    if (!extends_sent(m)) {
+      // The final parse disagrees with what was streamed (a call cut by max_tokens becomes
+      // plain content): the stream keeps the partial parse's view.
+      try {
+        m = chat::parse(prompt_, output, /*partial=*/true);
+      } catch (const chat::ChatError&) {
+      }
+    }
   } else {
     try {
       m = chat::parse(prompt_, output, /*partial=*/true);
     } catch (const chat::ChatError&) {
       return out;
     }
-    m.reasoning_content.resize(utf8_complete_prefix(m.reasoning_content));
-    m.content.clear();
-    m.tool_calls.clear();
   }
-  if (auto g = growth(sent_reasoning_, m.reasoning_content)) {
-    out.push_back({{"reasoning_content", *g}});
-    sent_reasoning_ = m.reasoning_content;
-  }
-  if (auto g = growth(sent_content_, m.content)) {
-    out.push_back({{"content", *g}});
-    sent_content_ = m.content;
-  }
-  for (; sent_calls_ < m.tool_calls.size(); ++sent_calls_) {
-    const chat::ToolCall& c = m.tool_calls[sent_calls_];
-    out.push_back(
-        {{"tool_calls",
-          json::array({{{"index", sent_calls_},
-                        {"id", c.id},
-                        {"type", "function"},
-                        {"function", {{"name", c.name}, {"arguments", c.arguments}}}}})}});
-  }
+  append_deltas(m, final, out);
   if (final) message_ = std::move(m);
   return out;
 }

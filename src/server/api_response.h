@@ -36,10 +36,13 @@ size_t utf8_complete_prefix(std::string_view text);
 
 // The deltas of a streamed chat answer. feed() gets the whole output so far and returns the
 // delta objects not sent yet. Plain answers (no tools, no reasoning) stream as they grow;
-// otherwise reasoning streams as the parser reads it from the partial output, while content
-// and tool calls (whole: id, name, arguments) come at the end, since llama.cpp's partial
-// parse may show call syntax as content before the call completes. The concatenated deltas
-// equal final_message() of the output.
+// otherwise llama.cpp's partial parse of the output so far gives reasoning, content and tool
+// calls as they are written: a call is announced (index, id, type, name, empty arguments)
+// once the parser has moved past its name into its arguments, then its arguments follow as
+// fragments. Only growth is sent (text the parser takes back is held until it agrees again),
+// cut at UTF-8 boundaries. The concatenated deltas equal final_message() of the output
+// whenever that extends what was sent; when it does not (a call cut by max_tokens, which the
+// final parse returns as plain content) the stream ends with the partial parse's view.
 class ChatStream {
  public:
   // Keeps its own copy of the prompt (the stream outlives the request handler).
@@ -49,12 +52,21 @@ class ChatStream {
   const chat::Message& message() const { return message_; }
 
  private:
+  struct SentCall {
+    std::string id;
+    std::string name;
+    std::string arguments;
+  };
+  // Whether `m` extends what was sent (every sent call still there, same id and name).
+  bool extends_sent(const chat::Message& m) const;
+  void append_deltas(const chat::Message& m, bool final, std::vector<nlohmann::json>& out);
+
   chat::Prompt prompt_;
   bool has_tools_;
   chat::Message message_;
   std::string sent_content_;
   std::string sent_reasoning_;
-  size_t sent_calls_ = 0;
+  std::vector<SentCall> sent_calls_;
 };
 
 }  // namespace lacuna::server

@@ -324,22 +324,96 @@ await check('tools: required, named and auto; every call parses and validates', 
   }
 });
 
-await check('tools streamed: the calls by index equal the non-streamed calls', async () => {
-  const req = { model: 'tiny', messages: user('Weather in Oslo?'), tools, tool_choice: 'required', max_tokens: 120, temperature: 0.9, seed: 7 };
-  const full = await client.chat.completions.create(req);
-  const calls = [];
-  for await (const chunk of await client.chat.completions.create({ ...req, stream: true })) {
-    for (const ch of chunk.choices) {
-      for (const d of (ch.delta && ch.delta.tool_calls) || []) {
-        if (!calls[d.index]) calls[d.index] = { id: d.id, type: 'function', function: { name: '', arguments: '' } };
-        if (d.function && d.function.name) calls[d.index].function.name += d.function.name;
-        if (d.function && d.function.arguments) calls[d.index].function.arguments += d.function.arguments;
+await check('tools streamed (required, auto, parallel): content and calls by index equal the non-streamed answer', async () => {
+  const cases = [
+    { tool_choice: 'required', seed: 7 },
+    { tool_choice: 'required', parallel_tool_calls: true, seed: 8 },
+    { tool_choice: 'auto', seed: 1 },
+    { tool_choice: 'auto', seed: 2 },
+  ];
+  for (const extra of cases) {
+    const req = { model: 'tiny', messages: user('Weather in Oslo?'), tools, max_tokens: 120, temperature: 0.9, ...extra };
+    const full = await client.chat.completions.create(req);
+    const calls = [];
+    let content = '';
+    let finish = null;
+    for await (const chunk of await client.chat.completions.create({ ...req, stream: true })) {
+      for (const ch of chunk.choices) {
+        if (ch.delta && ch.delta.content) content += ch.delta.content;
+        if (ch.finish_reason) finish = ch.finish_reason;
+        for (const d of (ch.delta && ch.delta.tool_calls) || []) {
+          if (!calls[d.index]) {
+            assert.ok(d.id && d.type === 'function' && d.function.name, `first delta of a call: ${JSON.stringify(d)}`);
+            calls[d.index] = { id: d.id, type: 'function', function: { name: '', arguments: '' } };
+          }
+          if (d.function && d.function.name) calls[d.index].function.name += d.function.name;
+          if (d.function && d.function.arguments) calls[d.index].function.arguments += d.function.arguments;
+        }
       }
     }
+    const m = full.choices[0].message;
+    assert.equal(finish, full.choices[0].finish_reason, JSON.stringify(extra));
+    assert.equal(content, m.content || '', JSON.stringify(extra));
+    assert.deepEqual(calls.map((c) => [c.id, c.function.name, c.function.arguments]),
+                     (m.tool_calls || []).map((c) => [c.id, c.function.name, c.function.arguments]));
+    calls.forEach((c) => validCall(c));
   }
-  assert.deepEqual(calls.map((c) => [c.function.name, c.function.arguments]),
-                   full.choices[0].message.tool_calls.map((c) => [c.function.name, c.function.arguments]));
-  calls.forEach((c) => validCall(c));
+});
+
+await check('tools streamed as they are written: id and name first, then argument fragments', async () => {
+  const noteTool = [{
+    type: 'function',
+    function: {
+      name: 'write_note',
+      description: 'Writes a note',
+      parameters: {
+        type: 'object',
+        properties: { text: { type: 'string', minLength: 60, maxLength: 80 } },
+        required: ['text'],
+        additionalProperties: false,
+      },
+    },
+  }];
+  const req = { model: 'tiny', messages: user('Write a long note'), tools: noteTool,
+                tool_choice: { type: 'function', function: { name: 'write_note' } },
+                max_tokens: 200, temperature: 0.9, seed: 11 };
+  const full = await client.chat.completions.create(req);
+  assert.equal(full.choices[0].finish_reason, 'tool_calls', JSON.stringify(full.choices[0]));
+  const want = full.choices[0].message.tool_calls;
+  assert.equal(want.length, 1);
+  assert.ok(JSON.parse(want[0].function.arguments).text.length >= 60);
+  const chunks = [];
+  for await (const chunk of await client.chat.completions.create({ ...req, stream: true })) chunks.push(chunk);
+  const toolChunks = [];  // [chunk number, delta]
+  let finishAt = -1;
+  chunks.forEach((chunk, k) => {
+    for (const ch of chunk.choices) {
+      for (const d of (ch.delta && ch.delta.tool_calls) || []) toolChunks.push([k, d]);
+      if (ch.finish_reason) finishAt = k;
+    }
+  });
+  assert.ok(toolChunks.length > 0, 'no tool-call delta');
+  assert.equal(chunks[finishAt].choices[0].finish_reason, 'tool_calls');
+  // The first delta of the call: index, id, type, name, no arguments yet.
+  const [firstAt, head] = toolChunks[0];
+  assert.equal(head.index, 0);
+  assert.equal(head.id, want[0].id);
+  assert.equal(head.type, 'function');
+  assert.equal(head.function.name, 'write_note');
+  assert.equal(head.function.arguments, '');
+  // Then fragments only (no id, no name), in several chunks, the first well before the end.
+  const fragments = toolChunks.slice(1);
+  for (const [, d] of fragments) {
+    assert.equal(d.index, 0);
+    assert.ok(d.id === undefined && d.function.name === undefined, JSON.stringify(d));
+    assert.ok(d.function.arguments.length > 0);
+  }
+  const fragmentChunks = new Set(fragments.map(([k]) => k));
+  assert.ok(fragmentChunks.size > 1, `arguments came in ${fragmentChunks.size} chunk(s)`);
+  assert.ok(firstAt < finishAt && fragments[0][0] < finishAt - 1,
+            `first call delta at chunk ${firstAt}, first fragment at ${fragments[0][0]}, finish at ${finishAt}`);
+  assert.equal(fragments.map(([, d]) => d.function.arguments).join(''), want[0].function.arguments);
+  log(`     write_note: ${fragmentChunks.size} chunks of arguments (${want[0].function.arguments.length} bytes), ${chunks.length} chunks in all`);
 });
 
 await check('bad requests: status and error shape', async () => {
