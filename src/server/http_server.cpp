@@ -23,6 +23,7 @@
 #include "server/api_request.h"
 #include "server/api_response.h"
 #include "server/metrics.h"
+#include "server/peer_socket.h"
 #include "server/scheduler.h"
 
 namespace lacuna::server {
@@ -225,8 +226,15 @@ struct Server::Impl {
     const std::string object = chat ? "chat.completion" : "text_completion";
 
     if (!g.stream) {
+      // Nothing is written until the end, so a client that goes away is seen on its socket:
+      // end of file there cancels the job (seen by the scheduler at its next step).
+      const int fd =
+          find_peer_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
       Job::Update u;
-      while (!u.ended) job->wait(u, std::chrono::milliseconds(200));
+      while (!u.ended) {
+        job->wait(u, std::chrono::milliseconds(100));
+        if (!u.ended && !job->cancelled() && peer_closed(fd)) job->cancel();
+      }
       if (u.failed)
         throw ApiError(u.error_status, u.error, "",
                        u.error_status == 503 ? "server_busy" : "server_error");

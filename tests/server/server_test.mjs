@@ -563,6 +563,38 @@ await check('a client that disconnects mid-stream is cancelled and frees its slo
   assert.fail('slots still busy');
 });
 
+await check('a client that aborts a non-streamed request is cancelled and frees its slot', async () => {
+  const auth = { Authorization: `Bearer ${API_KEY}` };
+  const cancelled = async () => Number((await (await fetch(server.url + '/metrics', { headers: auth })).text())
+    .match(/^lacuna_cancelled_total (\d+)/m)[1]);
+  const busy = async () => (await (await fetch(server.url + '/slots', { headers: auth })).json())
+    .filter((x) => x.is_processing).length;
+  const before = await cancelled();
+  const controller = new AbortController();
+  const pending = fetch(server.url + '/v1/chat/completions', {
+    method: 'POST', signal: controller.signal, headers: { 'Content-Type': 'application/json', ...auth },
+    body: JSON.stringify({ messages: user('Go on forever'), max_tokens: 4000, temperature: 0.8, seed: 4,
+                           grammar: 'root ::= [a-z ]+' }),
+  }).catch((e) => e);
+  // Abort once the request generates (a slot is busy), long before its 4,000 tokens.
+  let seen = false;
+  for (let i = 0; i < 100 && !seen; i++) {
+    seen = (await busy()) > 0;
+    if (!seen) await new Promise((r) => setTimeout(r, 20));
+  }
+  assert.ok(seen, 'the request never took a slot');
+  const t0 = Date.now();
+  controller.abort();
+  assert.equal((await pending).name, 'AbortError');
+  let freed = false;
+  for (let i = 0; i < 50 && !freed; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    freed = (await busy()) === 0 && (await cancelled()) > before;
+  }
+  assert.ok(freed, `after 5 s: cancelled ${await cancelled()} (was ${before}), ${await busy()} slot(s) busy`);
+  log(`     slot freed ${Date.now() - t0} ms after the abort`);
+});
+
 await check('queue flood: 503 with Retry-After beyond the queue, no crash, then service recovers', async () => {
   // More requests at once than slots + queue, fewer than the server's 64 HTTP threads.
   const n = 60;
