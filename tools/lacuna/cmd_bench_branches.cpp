@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -78,6 +79,71 @@ size_t count_tokens(const Outputs& o) {
   return n;
 }
 
+// The two best tokens of one position's logits: greedy's choice and its closest rival.
+struct Top2 {
+  Token t1 = -1, t2 = -1;
+  float l1 = 0, l2 = 0;
+};
+using Trace = std::vector<std::vector<Top2>>;  // per sequence, per generated position
+
+Top2 top2(const float* l, int32_t n) {
+  Top2 r;
+  for (int32_t i = 0; i < n; ++i) {
+    if (r.t1 < 0 || l[i] > r.l1) {
+      r.t2 = r.t1;
+      r.l2 = r.l1;
+      r.t1 = i;
+      r.l1 = l[i];
+    } else if (r.t2 < 0 || l[i] > r.l2) {
+      r.t2 = i;
+      r.l2 = l[i];
+    }
+  }
+  return r;
+}
+
+Top2 top2(const Branch& b) {
+  const std::vector<float> l = b.logits();
+  if (l.empty()) throw std::logic_error("bench branches: a branch without logits");
+  return top2(l.data(), static_cast<int32_t>(l.size()));
+}
+
+json top2_json(const Top2& t) {
+  return {{"token", t.t1},
+          {"logit", t.l1},
+          {"rival", t.t2},
+          {"rival_logit", t.l2},
+          {"margin", t.l1 - t.l2}};
+}
+
+// Where two greedy runs of the same prompts part, from their traces: the largest difference
+// of the chosen token's logit at the positions where both chose the same token (the numeric
+// drift between the two ways of computing them), and the first position where they chose
+// differently with both runs' two best logits there. A near-tie flip shows as a margin of the
+// order of the drift in both runs.
+json divergence(const Outputs& a, const Outputs& b, const Trace& ta, const Trace& tb) {
+  double drift = 0;
+  size_t compared = 0;
+  json first = nullptr;
+  for (size_t s = 0; s < std::min(a.size(), b.size()); ++s) {
+    const size_t n = std::min({a[s].size(), b[s].size(), ta[s].size(), tb[s].size()});
+    for (size_t i = 0; i < n; ++i) {
+      if (a[s][i] != b[s][i]) {
+        if (first.is_null() || i < first["position"].get<size_t>()) {
+          first = {{"branch", s},
+                   {"position", i},
+                   {"a", top2_json(ta[s][i])},
+                   {"b", top2_json(tb[s][i])}};
+        }
+        break;
+      }
+      drift = std::max(drift, static_cast<double>(std::fabs(ta[s][i].l1 - tb[s][i].l1)));
+      ++compared;
+    }
+  }
+  return {{"positions_compared", compared}, {"max_logit_drift", drift}, {"first", first}};
+}
+
 // One timed generation of a set of sequences.
 struct Run {
   double ms = 0;     // wall time after the prompts' logits were ready
@@ -141,6 +207,61 @@ Run run_sequential(std::vector<Branch>& bs, const std::vector<std::vector<Token>
   return r;
 }
 
+// The diagnosis' greedy runs: produce() + commit() instead of next() / step(), which read the
+// logits without keeping a copy, so that each position's two best logits can be recorded.
+// Without a constraint or forced tokens the forward passes are the same as the timed runs'
+// (one token per branch per pass); the caller checks that the tokens are too.
+bool traced_take(const lacuna::Vocab& vocab, Branch& b, Trace& trace, size_t i, Outputs& out,
+                 Token& t) {
+  trace[i].push_back(top2(b));
+  t = b.produce();
+  if (vocab.is_eog(t)) return false;
+  out[i].push_back(t);
+  return true;
+}
+
+Run traced_batched(lacuna::runtime::Context& ctx, std::vector<Branch>& bs,
+                   const std::vector<std::vector<Token>>& prompts, size_t max_tokens,
+                   Trace& trace) {
+  const lacuna::Vocab vocab = ctx.vocab();
+  reset(bs, prompts);
+  Run r;
+  r.out.assign(bs.size(), {});
+  std::vector<size_t> live(bs.size());
+  for (size_t i = 0; i < bs.size(); ++i) live[i] = i;
+  while (!live.empty()) {
+    std::vector<std::pair<Branch, Token>> items;
+    std::vector<size_t> still;
+    for (const size_t i : live) {
+      Token t = -1;
+      if (!traced_take(vocab, bs[i], trace, i, r.out, t)) continue;
+      items.emplace_back(bs[i], t);
+      if (r.out[i].size() < max_tokens) still.push_back(i);
+    }
+    if (!items.empty()) ctx.store().commit(items);
+    ++r.steps;
+    live.swap(still);
+  }
+  return r;
+}
+
+Run traced_sequential(const lacuna::Vocab& vocab, std::vector<Branch>& bs,
+                      const std::vector<std::vector<Token>>& prompts, size_t max_tokens,
+                      Trace& trace) {
+  reset(bs, prompts);
+  Run r;
+  r.out.assign(bs.size(), {});
+  for (size_t i = 0; i < bs.size(); ++i) {
+    Token t = -1;
+    while (traced_take(vocab, bs[i], trace, i, r.out, t)) {
+      bs[i].commit(t);
+      ++r.steps;
+      if (r.out[i].size() >= max_tokens) break;
+    }
+  }
+  return r;
+}
+
 // ---- llama.cpp's own loop -------------------------------------------------------------------
 
 // llama.cpp's plain batched decode of N sequences: one llama_decode per step with one token per
@@ -180,7 +301,8 @@ class PlainLoop {
   // tokens of the last run are removed and the last prompt token of every sequence is decoded
   // again in one batch, so that each sequence's first token comes from its prompt's logits
   // (as a lacuna branch's does after set_tokens).
-  Run generate(const std::vector<std::vector<Token>>& prompts, size_t max_tokens) {
+  Run generate(const std::vector<std::vector<Token>>& prompts, size_t max_tokens,
+               Trace* trace = nullptr) {
     llama_memory_t mem = llama_get_memory(raw());
     const size_t n = prompts.size();
     batch_.n_tokens = 0;
@@ -204,7 +326,9 @@ class PlainLoop {
       std::vector<size_t> still;
       for (size_t k = 0; k < live.size(); ++k) {
         const size_t s = live[k];
-        const Token t = argmax(llama_get_logits_ith(raw(), static_cast<int32_t>(row[k])));
+        const float* logits = llama_get_logits_ith(raw(), static_cast<int32_t>(row[k]));
+        const Token t = argmax(logits);
+        if (trace != nullptr) (*trace)[s].push_back(top2(logits, n_vocab_));
         if (llama_vocab_is_eog(vocab_, t)) continue;
         r.out[s].push_back(t);
         if (r.out[s].size() < max_tokens) still.push_back(s);
@@ -283,6 +407,7 @@ struct Settings {
   size_t constrained = 8;
   size_t constrained_tokens = 128;
   std::string schemas;
+  bool diagnose = false;
 };
 
 // One row: N branches batched vs sequential vs llama.cpp's loop, interleaved per repetition.
@@ -318,9 +443,21 @@ json bench_n(lacuna::runtime::Context& ctx, PlainLoop& plain, const Settings& s,
     plain_tps.push_back(static_cast<double>(count_tokens(p.out)) * 1000.0 / p.ms);
     seq_tps.push_back(static_cast<double>(count_tokens(q.out)) * 1000.0 / q.ms);
   }
+  json diag = nullptr;
+  if (s.diagnose) {  // one more run of each, untimed, with the two best logits of every position
+    Trace tb(n), tq(n), tp(n);
+    const Run db = traced_batched(ctx, bs, prompts, s.tokens, tb);
+    const Run dp = plain.generate(prompts, s.tokens, &tp);
+    const Run dq = traced_sequential(vocab, bs, prompts, s.tokens, tq);
+    diag = {{"traced_runs_equal_timed", db.out == b.out && dq.out == q.out && dp.out == p.out},
+            {"step_vs_sequential", divergence(db.out, dq.out, tb, tq)},
+            {"step_vs_llama", divergence(db.out, dp.out, tb, tp)},
+            {"sequential_vs_llama", divergence(dq.out, dp.out, tq, tp)}};
+  }
   for (Branch& br : bs) br.prune();
   const double bt = median(batched_tps), st = median(seq_tps), pt = median(plain_tps);
   return {{"n", n},
+          {"divergence", diag},
           {"tokens_batched", count_tokens(b.out)},
           {"tokens_sequential", count_tokens(q.out)},
           {"tokens_llama", count_tokens(p.out)},
@@ -571,6 +708,10 @@ LACUNA_COMMAND(cmd_bench_branches, "bench-branches",
       ->check(CLI::Range(size_t{1}, size_t{100000}));
   app.add_option("--schemas", s.schemas,
                  "tool-call JSON Schema file, or a directory of them (default " + s.schemas + ")");
+  app.add_flag("--diagnose", s.diagnose,
+               "after the timed runs, one more run of each mode recording the two best logits "
+               "of every position: the largest logit drift between modes and where they first "
+               "choose differently, with both margins");
   app.add_option("--ctx", n_ctx, "context size (default: what the scenarios need)");
   app.add_option("--batch", n_batch, "n_batch and n_ubatch (default 512)")
       ->check(CLI::Range(2u, 1u << 20));
@@ -667,6 +808,25 @@ LACUNA_COMMAND(cmd_bench_branches, "bench-branches",
                 r["agreement_batched_vs_sequential"].get<double>(),
                 r["agreement_batched_vs_llama"].get<double>(),
                 r["agreement_sequential_vs_llama"].get<double>());
+  }
+  for (const auto& r : rows) {
+    if (r["divergence"].is_null()) continue;
+    for (const char* pair : {"step_vs_sequential", "step_vs_llama", "sequential_vs_llama"}) {
+      const auto& d = r["divergence"][pair];
+      std::printf("N = %zu %s: max logit drift %.3g over %zu equal positions", r["n"].get<size_t>(),
+                  pair, d["max_logit_drift"].get<double>(), d["positions_compared"].get<size_t>());
+      if (d["first"].is_null()) {
+        std::printf("; no divergence\n");
+        continue;
+      }
+      const auto& f = d["first"];
+      std::printf(
+          "; first differs at branch %zu position %zu: token %d (margin %.3g) vs token %d "
+          "(margin %.3g)\n",
+          f["branch"].get<size_t>(), f["position"].get<size_t>(), f["a"]["token"].get<int>(),
+          f["a"]["margin"].get<double>(), f["b"]["token"].get<int>(),
+          f["b"]["margin"].get<double>());
+    }
   }
   for (const auto& f : out["fork"]) {
     std::printf(
