@@ -17,7 +17,9 @@
 #include "chi_square.h"
 #include "decode/constraint_factory.h"
 #include "generator_fixtures.h"
+#include "kv_test_util.h"
 #include "lacuna/generator.h"
+#include "lacuna/runtime.h"
 #include "lacuna/sampler.h"
 #include "lacuna/token_trie.h"
 #include "llama/backend_mask.h"
@@ -275,6 +277,54 @@ TEST(BackendSampling, GeneratorGreedyTokensEqualTheCpuPath) {
   }
   // (tiny-spm's tokenizer gives no canonical draft for these strings, on either path.)
   EXPECT_GT(drafted, 0u) << "no draft was verified in the graph";
+}
+
+// runtime::Context (the path of lacuna run, the C ABI, Node and the server) makes its
+// llama_context with room for a draft's rows per sequence when backend sampling is on, so
+// drafts are verified in the graph there too, with the CPU path's tokens.
+TEST(BackendSampling, RuntimeContextVerifiesDraftsInTheGraph) {
+  size_t drafted = 0;
+  for (const char* model_name : {"tiny-llama3", "tiny-qwen2"}) {
+    SCOPED_TRACE(model_name);
+    const lacuna::Model model = kvtest::load(model_name);
+    for (const Case& k : cases()) {
+      SCOPED_TRACE(k.name);
+      const auto prompt = testing::tokenize(model.vocab_ptr(), kPrompts[1], true);
+      GenRun runs[2];
+      for (bool backend : {false, true}) {
+        lacuna::runtime::ContextParams cp;
+        cp.n_ctx = 512;
+        cp.n_batch = 128;
+        cp.n_ubatch = 128;
+        cp.n_branches = 2;
+        cp.n_threads = 1;
+        cp.n_threads_batch = 1;
+        cp.kv = lacuna::kv::KvConfig{};
+        cp.kv.prefix_cache = false;
+        cp.decode = DecodeOptions{};
+        cp.decode.skip_forced = true;
+        cp.decode.verify_strings = true;
+        cp.decode.draft_policy = DraftPolicy::always;
+        cp.decode.backend_sampling = backend;
+        lacuna::runtime::Context ctx(model, cp);
+        lacuna::runtime::BranchParams bp;
+        bp.max_tokens = 48;
+        lacuna::runtime::Branch b = ctx.create_branch(bp);
+        b.set_constraint(k.make(model.vocab_ptr()));
+        b.prefill(prompt);
+        b.generate();
+        runs[backend] = {b.generator().tokens(), b.generator().stats(),
+                         b.generator().backend_sampling()};
+      }
+      EXPECT_FALSE(runs[0].backend);
+      EXPECT_TRUE(runs[1].backend);
+      EXPECT_EQ(runs[1].tokens, runs[0].tokens);
+      EXPECT_EQ(runs[1].stats.draft_proposed, runs[0].stats.draft_proposed);
+      EXPECT_EQ(runs[1].stats.forward_passes, runs[0].stats.forward_passes);
+      drafted += runs[1].stats.draft_proposed;
+    }
+  }
+  EXPECT_GT(drafted, 0u) << "no draft was verified in the graph of a runtime::Context";
 }
 
 TEST(BackendSampling, GeneratorWithTemperatureIsDeterministic) {

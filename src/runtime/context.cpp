@@ -33,6 +33,12 @@ llama_context_params llama_params(const ContextParams& p, uint32_t n_seq) {
   cp.embeddings = p.embeddings;
   if (p.embeddings) cp.pooling_type = LLAMA_POOLING_TYPE_MEAN;
   cp.no_perf = true;
+  // With backend sampling a pass may carry up to max_draft + 1 sampled rows per sequence
+  // (verified drafts); llama.cpp's default of one would leave the drafts out.
+  if (p.decode.backend_sampling) {
+    cp.n_outputs_max_per_seq =
+        static_cast<uint32_t>(std::min<size_t>(p.decode.max_draft + 1, cp.n_batch));
+  }
   return cp;
 }
 
