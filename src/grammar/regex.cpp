@@ -1146,7 +1146,10 @@ size_t KeyClassifier::classify(std::string_view key) const {
   return states_[cur].sig;
 }
 
-std::string KeyClassifier::key_expression(size_t sig, gbnf::RuleSet& rules) const {
+std::string KeyClassifier::key_expression(size_t sig, gbnf::RuleSet& rules,
+                                          Encoding encoding) const {
+  // The end of the string: its closing quote, or nothing for raw text.
+  const std::string end = encoding == Encoding::Raw ? "\"\"" : "\"\\\"\"";
   // States from which a string of class `sig` can still end.
   std::vector<std::vector<size_t>> back(states_.size());
   for (size_t s = 0; s < states_.size(); ++s) {
@@ -1172,11 +1175,11 @@ std::string KeyClassifier::key_expression(size_t sig, gbnf::RuleSet& rules) cons
   for (size_t s = 0; s < states_.size(); ++s) {
     if (!live[s]) continue;
     std::string body, loop;
-    if (states_[s].sig == sig) body = "\"\\\"\"";
+    if (states_[s].sig == sig) body = end;
     size_t alts = body.empty() ? 0 : 1;
     for (const auto& [cs, t] : states_[s].next) {
       if (!live[static_cast<size_t>(t)]) continue;
-      std::string ch = char_expression(cs, rules, Encoding::JsonString);
+      std::string ch = char_expression(cs, rules, encoding);
       if (ch.empty()) continue;
       if (ch.find(' ') != std::string::npos) ch = "(" + ch + ")";
       // A self-loop is written as a repetition in front of the other moves (same
@@ -1197,11 +1200,13 @@ std::string KeyClassifier::key_expression(size_t sig, gbnf::RuleSet& rules) cons
     }
     rules.define(names[s], body);
   }
-  return "\"\\\"\" " + names[0];
+  return (encoding == Encoding::Raw ? "" : "\"\\\"\" ") + names[0];
 }
 
 std::string KeyClassifier::bounded_expression(size_t sig, long min, long max, gbnf::RuleSet& rules,
-                                              size_t max_pairs) const {
+                                              size_t max_pairs, Encoding encoding) const {
+  const std::string end = encoding == Encoding::Raw ? "\"\"" : "\"\\\"\"";
+  const std::string open = encoding == Encoding::Raw ? "" : "\"\\\"\" ";
   // Pairs (state, length so far); without a maximum the length saturates at the minimum.
   const long cap = max >= 0 ? max : min;
   auto key = [&](size_t s, long c) {
@@ -1281,7 +1286,7 @@ std::string KeyClassifier::bounded_expression(size_t sig, long min, long max, gb
     std::string body;
     if (is_tail[s]) {
       long lo = std::max(0L, min - c), hi = max < 0 ? -1 : max - c;
-      std::string ch = char_expression(tail[s], rules, Encoding::JsonString);
+      std::string ch = char_expression(tail[s], rules, encoding);
       if (ch.find(' ') != std::string::npos) ch = "(" + ch + ")";
       std::string rep;
       if (hi == 0) {
@@ -1293,16 +1298,17 @@ std::string KeyClassifier::bounded_expression(size_t sig, long min, long max, gb
       } else {
         rep = ch + "{" + std::to_string(lo) + "," + std::to_string(hi) + "}";
       }
-      rules.define(names[key(s, c)], (rep.empty() ? "" : rep + " ") + "\"\\\"\"");
+      rules.define(names[key(s, c)],
+                   rep.empty() ? end : (encoding == Encoding::Raw ? rep : rep + " " + end));
       continue;
     }
-    if (states_[s].sig == sig && c >= min) body = "\"\\\"\"";
+    if (states_[s].sig == sig && c >= min) body = end;
     if (max < 0 || c < max) {
       long nc = max >= 0 ? c + 1 : std::min(c + 1, cap);
       for (const auto& [cs, t] : states_[s].next) {
         size_t k = key(static_cast<size_t>(t), nc);
         if (!live[k]) continue;
-        std::string ch = char_expression(cs, rules, Encoding::JsonString);
+        std::string ch = char_expression(cs, rules, encoding);
         if (ch.empty()) continue;
         if (ch.find(' ') != std::string::npos) ch = "(" + ch + ")";
         if (!body.empty()) body += " | ";
@@ -1311,7 +1317,7 @@ std::string KeyClassifier::bounded_expression(size_t sig, long min, long max, gb
     }
     rules.define(names[key(s, c)], body.empty() ? "[^\\x00-\\U0010FFFF]" : body);
   }
-  return "\"\\\"\" " + names[key(0, 0)];
+  return open + names[key(0, 0)];
 }
 
 }  // namespace regex_detail

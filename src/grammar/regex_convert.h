@@ -56,12 +56,14 @@ class KeyClassifier {
   // The class of a property name (UTF-8).
   size_t classify(std::string_view key) const;
   // A GBNF expression for a JSON string (with its quotes, each code point in its canonical
-  // JSON encoding) whose content falls into class `sig`.
-  std::string key_expression(size_t sig, gbnf::RuleSet& rules) const;
+  // JSON encoding) whose content falls into class `sig`; with Encoding::Raw, the text itself
+  // (no quotes, each code point as itself).
+  std::string key_expression(size_t sig, gbnf::RuleSet& rules,
+                             Encoding encoding = Encoding::JsonString) const;
   // The same for strings of class `sig` with min..max code points (max < 0: unbounded).
   // Throws RegexError when (state, length) pairs pass `max_pairs`. "" when none fits.
   std::string bounded_expression(size_t sig, long min, long max, gbnf::RuleSet& rules,
-                                 size_t max_pairs) const;
+                                 size_t max_pairs, Encoding encoding = Encoding::JsonString) const;
   size_t state_count() const { return states_.size(); }
 
  private:
