@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -181,27 +182,42 @@ const char* const kVerifiedCallTemplates[] = {
     "Cohere2MoE",
     "CohereForAI-c4ai-command-r-plus-tool_use",
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use",
+    "GLM-4.6",
+    "GLM-4.7-Flash",
     "GigaChat3-10B-A1.8B",
     "GigaChat3.1-10B-A1.8B",
     "MiMo-VL",
     "MiniMax-M1",
+    "MiniMax-M2",
+    "MiniMax-M3",
     "Mistral-Small-3.2-24B-Instruct-2506",
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+    "NVIDIA-Nemotron-Nano-v2",
     "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
     "NousResearch-Hermes-3-Llama-3.1-8B-tool_use",
     "Qwen-QwQ-32B",
     "Qwen-Qwen2.5-7B-Instruct",
     "Qwen-Qwen3-0.6B",
+    "Qwen3-Coder",
+    "Qwen3.5-4B",
     "Reka-Edge",
+    "Spark2.5",
+    "StepFun3.5-Flash",
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
     "deepseek-ai-DeepSeek-V3.1",
     "fireworks-ai-llama-3-firefunction-v2",
     "ibm-granite-granite-4.0",
+    "llama-cpp-deepseek-r1",
     "ibm-granite-granite-4.1",
     "meetkai-functionary-medium-v3.1",
     "meta-llama-Llama-3.1-8B-Instruct",
     "meta-llama-Llama-3.2-3B-Instruct",
     "meta-llama-Llama-3.3-70B-Instruct",
     "mistralai-Ministral-3-14B-Reasoning-2512",
+    "poolside-Laguna-S-2.1",
+    "poolside-Laguna-XS-2.1",
+    "poolside-Laguna-XS.2",
+    "tencent-Hy3",
     "unsloth-Apriel-1.5",
     "unsloth-mistral-Devstral-Small-2507",
     "upstage-Solar-Open-100B",
@@ -214,6 +230,7 @@ std::string check_template_calls(Loaded& L, const std::string& name, bool* refus
   chat::Template t = chat::Template::from_source(chat::Template::load_source(name), "<s>", "</s>");
   chat::Request r = request(3, "required", false);
   r.enable_thinking = false;  // random weights may think past the token budget
+  r.thinking_budget = 8;      // where the prompt opens reasoning all the same (MiniMax-M2)
   const chat::Prompt p = t.apply(r);
   SCOPED_TRACE(name + " (" + p.format + ")");
   *refused = !p.constraint_error.empty();
@@ -221,7 +238,10 @@ std::string check_template_calls(Loaded& L, const std::string& name, bool* refus
     EXPECT_THROW(chat::make_constraint(L.model.vocab_ptr(), p), chat::ChatError);
     return "refused " + name + ": " + p.constraint_error;
   }
-  for (int s = 0; s < 2; ++s) {
+  // Greedy and one sampled answer (LACUNA_TEST_TEMPLATE_SAMPLES=N: N sampled answers).
+  const char* env = std::getenv("LACUNA_TEST_TEMPLATE_SAMPLES");
+  const int samples = env != nullptr ? std::max(1, std::atoi(env)) : 1;
+  for (int s = 0; s <= samples; ++s) {
     bool complete = false;
     const std::string out = generate(L, p, s == 0 ? 0.0f : 1.0f, 5u + s, &complete);
     EXPECT_TRUE(complete) << out;
@@ -244,6 +264,97 @@ TEST(ChatTools, VerifiedTemplatesAlwaysGiveValidCalls) {
     bool refused = false;
     check_template_calls(L, name, &refused);
     EXPECT_FALSE(refused) << name;
+  }
+}
+
+// XML-like formats write a string parameter as raw text up to a closing tag: the text obeys
+// the parameter's string keywords and cannot hold the tag; optional parameters come at most
+// once.
+TEST(ChatTools, XmlValuesFollowTheirStringSchema) {
+  Loaded L = load("tiny-qwen2");
+  const json tool = {{"type", "function"},
+                     {"function",
+                      {{"name", "lookup"},
+                       {"parameters",
+                        {{"type", "object"},
+                         {"properties",
+                          {{"code", {{"type", "string"}, {"pattern", "^[A-Z]{3}$"}}},
+                           {"note", {{"type", "string"}, {"maxLength", 40}}},
+                           {"kind", {{"enum", {"a<b", "c"}}}},
+                           {"count", {{"type", "integer"}, {"minimum", 1}, {"maximum", 99}}}}},
+                         {"required", {"code"}}}}}}};
+  chat::Request r = request(1, "required", false);
+  r.tools = chat::tools_from_json(json::array({tool}).dump());
+  r.enable_thinking = false;
+  struct Case {
+    const char* tmpl;
+    std::string open;                      // the call up to the first value
+    std::string (*arg)(const char* name);  // a parameter's opening
+    std::string close;                     // a value's closing tag
+  };
+  const Case cases[] = {
+      {"Qwen3-Coder", "<tool_call>\n<function=lookup>\n",
+       [](const char* n) { return "<parameter=" + std::string(n) + ">\n"; }, "\n</parameter>\n"},
+      {"GLM-4.7-Flash", "<tool_call>lookup",
+       [](const char* n) { return "<arg_key>" + std::string(n) + "</arg_key><arg_value>"; },
+       "</arg_value>"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.tmpl);
+    chat::Template t =
+        chat::Template::from_source(chat::Template::load_source(k.tmpl), "<s>", "</s>");
+    const chat::Prompt p = t.apply(r);
+    ASSERT_TRUE(p.constraint_error.empty()) << p.constraint_error;
+    const auto accepts = [&](const std::string& text) {
+      auto c = chat::make_constraint(L.model.vocab_ptr(), p);
+      for (lacuna::Token tok : chat::tokenize_prompt(L.model.vocab_ptr(), text)) {
+        if (!c->accept_token(tok)) return false;
+      }
+      return true;
+    };
+    const std::string code = k.open + k.arg("code");
+    EXPECT_TRUE(accepts(code + "ABC" + k.close));
+    EXPECT_FALSE(accepts(code + "AB1"));                  // pattern
+    EXPECT_FALSE(accepts(code + "ABCD"));                 // pattern's end
+    EXPECT_FALSE(accepts(k.open + k.arg("note") + "x"));  // the required code first
+    const std::string after_code = code + "XYZ" + k.close;
+    EXPECT_TRUE(accepts(after_code + k.arg("note") + "two\nlines" + k.close));
+    EXPECT_FALSE(accepts(after_code + k.arg("note") + std::string(41, 'n')));  // maxLength
+    // The closing tag ends the value: what follows is the next parameter or the call's end.
+    EXPECT_FALSE(accepts(after_code + k.arg("note") + "x" + k.close + "y"));
+    EXPECT_TRUE(accepts(after_code + k.arg("kind") + "a<b" + k.close));
+    EXPECT_FALSE(accepts(after_code + k.arg("kind") + "b"));  // enum
+    EXPECT_TRUE(accepts(after_code + k.arg("count") + "12" + k.close));
+    EXPECT_FALSE(accepts(after_code + k.arg("count") + "0"));  // minimum
+    // Each optional parameter at most once (a repeated key would be a duplicate in JSON).
+    const std::string note = k.arg("note") + "n" + k.close;
+    EXPECT_FALSE(accepts(after_code + note + note));
+
+    // Sampled answers parse, and their values obey the schema.
+    for (uint32_t seed = 0; seed < 2; ++seed) {
+      bool complete = false;
+      const std::string out = generate(L, p, 1.0f, 40u + seed, &complete);
+      ASSERT_TRUE(complete) << out;
+      chat::Message m;
+      ASSERT_NO_THROW(m = chat::parse(p, out, false)) << out;
+      ASSERT_EQ(m.tool_calls.size(), 1u) << out;
+      const json args = json::parse(m.tool_calls[0].arguments);
+      ASSERT_TRUE(args.contains("code")) << out;
+      EXPECT_TRUE(std::regex_match(args["code"].get<std::string>(), std::regex("[A-Z]{3}")))
+          << args.dump();
+      if (args.contains("note")) {
+        size_t code_points = 0;
+        for (unsigned char ch : args["note"].get<std::string>()) code_points += (ch & 0xC0) != 0x80;
+        EXPECT_LE(code_points, 40u) << args.dump();
+      }
+      if (args.contains("kind")) {
+        EXPECT_TRUE(args["kind"] == "a<b" || args["kind"] == "c") << args.dump();
+      }
+      if (args.contains("count")) {
+        EXPECT_GE(args["count"].get<int>(), 1) << args.dump();
+        EXPECT_LE(args["count"].get<int>(), 99) << args.dump();
+      }
+    }
   }
 }
 

@@ -148,15 +148,6 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
-std::string regex_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) out += '\\';
-    out += c;
-  }
-  return out;
-}
-
 // The first character every string of rule `rule` starts with, found by following its
 // first item through empty literals, `space`, parentheses and rule references ('\0': not
 // one fixed character).
@@ -225,7 +216,7 @@ void set_llama_grammar(Prompt& p, const common_chat_params& c) {
         p.llama_trigger_tokens.push_back(t.token);
         break;
       case COMMON_GRAMMAR_TRIGGER_TYPE_WORD:
-        p.llama_trigger_patterns.push_back(regex_escape(t.value));
+        p.llama_trigger_patterns.push_back(detail::regex_escape(t.value));
         break;
       case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN:
         p.llama_trigger_patterns.push_back(t.value);
@@ -402,16 +393,34 @@ Prompt Template::apply(const Request& r) const {
   p.parser = shown.parser;
   p.parser_format = static_cast<int>(shown.format);
   p.parse_tool_calls = has_tools && r.tool_choice.mode != ToolChoice::Mode::none;
-  if (shown.supports_thinking && r.enable_thinking) {
+  // A generation prompt that opens the reasoning block: the answer starts inside it. With
+  // thinking off, only where the format's parser still reads a call at the answer's start as
+  // reasoning (MiniMax-M2; Cohere2MoE's parser reads it as a call).
+  const std::string gp = trim(shown.generation_prompt);
+  const std::string start = trim(shown.thinking_start_tag);
+  const bool prompt_opens = !start.empty() && gp.size() >= start.size() &&
+                            gp.compare(gp.size() - start.size(), start.size(), start) == 0;
+  bool reasoning_open = r.enable_thinking;
+  if (!reasoning_open && prompt_opens && shown.supports_thinking) {
+    // Ask the parser: is an answer that starts with a call (its trigger) read as reasoning?
+    std::string probe = "probe";
+    for (const common_grammar_trigger& t : shown.grammar_triggers) {
+      if (t.type == COMMON_GRAMMAR_TRIGGER_TYPE_WORD) {
+        probe = t.value + probe;
+        break;
+      }
+    }
+    try {
+      reasoning_open = !parse(p, probe, false).reasoning_content.empty();
+    } catch (const ChatError&) {
+      reasoning_open = false;
+    }
+  }
+  if (shown.supports_thinking && reasoning_open) {
     p.thinking_budget = r.thinking_budget;
     p.thinking_start = shown.thinking_start_tag;
     p.thinking_end = shown.thinking_end_tags;
-    const std::string gp = trim(shown.generation_prompt);
-    const std::string start = trim(p.thinking_start);
-    if (!start.empty() && gp.size() >= start.size() &&
-        gp.compare(gp.size() - start.size(), start.size(), start) == 0) {
-      p.thinking_open = true;
-    }
+    p.thinking_open = prompt_opens;
     for (const std::string& end : p.thinking_end) {
       const std::string e = trim(end);
       if (!e.empty() && gp.size() >= e.size() &&
@@ -477,12 +486,12 @@ Prompt Template::apply(const Request& r) const {
       return p;
     }
     p.gbnf = calls;
-    p.triggers.push_back("^[ \\t\\n]*(" + regex_escape(std::string(1, first)) + ")");
+    p.triggers.push_back("^[ \\t\\n]*(" + detail::regex_escape(std::string(1, first)) + ")");
     return p;
   }
   if (r.tool_choice.mode == ToolChoice::Mode::automatic) {
     p.gbnf = calls;
-    for (const std::string& w : words) p.triggers.push_back("(" + regex_escape(w) + ")");
+    for (const std::string& w : words) p.triggers.push_back("(" + detail::regex_escape(w) + ")");
   } else {
     // At least one call, from the start of the answer (after optional whitespace).
     p.gbnf = "root ::= [ \\t\\n]{0,4} calls\n" + detail::prefix_gbnf_rules(calls, "calls");

@@ -8,12 +8,16 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <regex>
 #include <set>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
 
+#include "chat/raw_string_grammar.h"
+#include "grammar/regex_gbnf.h"
 #include "lacuna/chat.h"
 #include "lacuna/json_schema.h"
 
@@ -66,7 +70,96 @@ std::vector<std::string> referenced_rules(const std::string& rhs) {
   return out;
 }
 
+bool ends_with(const std::string& s, const std::string& end) {
+  return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
+}
+
+// The arena id of an `ac-ID` rule name (llama.cpp's "text up to a closing tag"), or -1.
+long ac_rule_id(const std::string& name) {
+  if (name.rfind("ac-", 0) != 0 || name.size() == 3) return -1;
+  for (size_t i = 3; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+  }
+  return std::stol(name.substr(3));
+}
+
+// The text of a literal parser (under tags and atomic groups), or nullptr.
+const std::string* literal_text(const common_peg_arena& arena, common_peg_parser_id id) {
+  for (int depth = 0; depth < 32; ++depth) {
+    const auto& v = arena.get(id);
+    if (const auto* l = std::get_if<common_peg_literal_parser>(&v)) return &l->literal;
+    if (const auto* t = std::get_if<common_peg_tag_parser>(&v)) {
+      id = t->child;
+    } else if (const auto* a = std::get_if<common_peg_atomic_parser>(&v)) {
+      id = a->child;
+    } else {
+      return nullptr;
+    }
+  }
+  return nullptr;
+}
+
+// Whether every match of the parser ends with a lookahead for `lit` (llama.cpp's
+// `tool_close(peek(literal))`): then nothing, whitespace included, may come before `lit`.
+bool ends_with_peek(const common_peg_arena& arena, common_peg_parser_id id, const std::string& lit,
+                    int depth = 0) {
+  if (depth > 32) return false;
+  const auto& v = arena.get(id);
+  if (const auto* t = std::get_if<common_peg_tag_parser>(&v)) {
+    return ends_with_peek(arena, t->child, lit, depth + 1);
+  }
+  if (const auto* a = std::get_if<common_peg_atomic_parser>(&v)) {
+    return ends_with_peek(arena, a->child, lit, depth + 1);
+  }
+  if (const auto* r = std::get_if<common_peg_rule_parser>(&v)) {
+    return ends_with_peek(arena, r->child, lit, depth + 1);
+  }
+  if (const auto* q = std::get_if<common_peg_sequence_parser>(&v)) {
+    return !q->children.empty() && ends_with_peek(arena, q->children.back(), lit, depth + 1);
+  }
+  if (const auto* c = std::get_if<common_peg_choice_parser>(&v)) {
+    bool all = !c->children.empty();
+    for (common_peg_parser_id k : c->children)
+      all = all && ends_with_peek(arena, k, lit, depth + 1);
+    return all;
+  }
+  if (const auto* p = std::get_if<common_peg_and_parser>(&v)) {
+    const std::string* l = literal_text(arena, p->child);
+    return l != nullptr && *l == lit;
+  }
+  return false;
+}
+
+// GBNF has no lookahead: where a call ends with a peek for the literal that follows it
+// (GLM's calls peek for `</tool_call>`), the `space` a sequence allows between the two would
+// let in whitespace the parser refuses. Such spaces are dropped (a subset of the parser).
+void drop_space_before_peeked_literals(common_peg_arena& arena) {
+  for (size_t id = 0; id < arena.size(); ++id) {
+    auto* q =
+        std::get_if<common_peg_sequence_parser>(&arena.get(static_cast<common_peg_parser_id>(id)));
+    if (q == nullptr) continue;
+    auto& ch = q->children;
+    for (size_t i = 1; i + 1 < ch.size(); ++i) {
+      if (!std::holds_alternative<common_peg_space_parser>(arena.get(ch[i]))) continue;
+      const std::string* lit = literal_text(arena, ch[i + 1]);
+      if (lit != nullptr && ends_with_peek(arena, ch[i - 1], *lit)) {
+        ch.erase(ch.begin() + static_cast<std::ptrdiff_t>(i));
+        --i;
+      }
+    }
+  }
+}
+
 }  // namespace
+
+std::string regex_escape(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
 
 std::string prefix_gbnf_rules(const std::string& gbnf, const std::string& prefix) {
   std::string out;
@@ -110,6 +203,8 @@ std::string arena_to_gbnf(const std::string& serialized_arena,
     sp->node = doc->root.get();
     sp->doc = doc;
   }
+
+  drop_space_before_peeked_literals(arena);
 
   std::vector<std::pair<std::string, std::string>> rules;
   std::map<std::string, size_t> index;
@@ -201,6 +296,67 @@ std::string arena_to_gbnf(const std::string& serialized_arena,
     rules[index["tool-calls"]].second = "tool-call (space tool-call)*";
     rules[index["root"]].second = single_call ? "tool-call" : "tool-calls";
   }
+  // XML-like formats write a parameter's value as raw text up to a closing tag (an `ac` rule
+  // of llama.cpp: any text without the tag). Where the parameter's schema allows only strings
+  // (and null), the value is lacuna's grammar of those strings as raw text, without the tag.
+  std::map<std::string, const std::string*> arg_schema;  // rule name -> parameter schema
+  for (const auto& [name, schema] : schemas) {
+    const std::string suffix = "-schema";
+    if (name.rfind("tool-", 0) != 0 || name.find("-arg-") == std::string::npos ||
+        !ends_with(name, suffix)) {
+      continue;
+    }
+    arg_schema[sanitize(name.substr(0, name.size() - suffix.size()))] = &schema;
+  }
+  for (auto& [name, rhs] : rules) {
+    auto arg = arg_schema.find(name);
+    if (arg == arg_schema.end()) continue;
+    const std::vector<std::string> refs = referenced_rules(rhs);
+    if (refs.empty() || !ends_with(rhs, refs.back())) continue;
+    // The value: an ac rule, or a rule that is one (Qwen3-Coder's xml-arg-string).
+    long id = ac_rule_id(refs.back());
+    if (id < 0 && index.count(refs.back()) != 0) id = ac_rule_id(rules[index[refs.back()]].second);
+    if (id < 0 || static_cast<size_t>(id) >= arena.size()) continue;
+    const auto* ac =
+        std::get_if<common_peg_ac_parser>(&arena.get(static_cast<common_peg_parser_id>(id)));
+    if (ac == nullptr || ac->delimiters.size() != 1) continue;
+    const std::optional<std::string> value = raw_string_gbnf(*arg->second, ac->delimiters[0]);
+    if (!value) continue;
+    const std::string rule = "x-" + name;
+    extra += prefix_gbnf_rules(*value, rule);
+    if (!extra.empty() && extra.back() != '\n') extra += '\n';
+    rhs = rhs.substr(0, rhs.size() - refs.back().size()) + rule + " " +
+          gbnf::literal(ac->delimiters[0]);
+  }
+  // Optional parameters as llama.cpp writes them, any of them any number of times
+  // ("(space (a | b))*" or "(a | b)*"), would repeat a key: each at most once, in order.
+  static const std::regex repeated(R"(\((space )?\(([^()]+)\)\)\*|\(([^()]+)\)\*)");
+  for (auto& [name, rhs] : rules) {
+    std::string done;
+    std::smatch m;
+    std::string rest = rhs;
+    while (std::regex_search(rest, m, repeated)) {
+      const std::string list = m[2].matched ? m[2].str() : m[3].str();
+      const std::string sep = m[1].matched ? "space " : "";
+      std::string once;
+      size_t at = 0;
+      bool args = true;
+      while (args && at <= list.size()) {
+        size_t bar = list.find(" | ", at);
+        const std::string a =
+            list.substr(at, bar == std::string::npos ? std::string::npos : bar - at);
+        args = arg_schema.count(a) != 0;
+        if (!once.empty()) once += ' ';
+        once.append(sep.empty() ? "" : "(").append(sep).append(a).append(sep.empty() ? "?" : ")?");
+        if (bar == std::string::npos) break;
+        at = bar + 3;
+      }
+      done += m.prefix().str() + (args ? once : m[0].str());
+      rest = m.suffix().str();
+    }
+    rhs = done + rest;
+  }
+
   std::string out;
   bool has_root = false;
   for (const auto& [name, rhs] : rules) {

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 
 namespace lacuna::chat::detail {
 
@@ -20,6 +21,9 @@ namespace lacuna::chat::detail {
 std::string arena_to_gbnf(const std::string& serialized_arena,
                           const std::map<std::string, std::string>& schemas, bool lazy,
                           bool single_call, bool outer_only = false);
+
+// The text as an ECMAScript pattern matching it literally (special characters escaped).
+std::string regex_escape(std::string_view text);
 
 // Renames every rule of a GBNF text to `prefix` + name (the root rule becomes `prefix`
 // itself), leaving string literals, character classes and repetition bounds alone.
