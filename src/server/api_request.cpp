@@ -147,7 +147,7 @@ void parse_common(const json& j, GenRequest& r, bool chat) {
   for (size_t i = 0; i < r.stop.size(); ++i) {
     if (r.stop[i].empty()) bad("a stop string must not be empty", "stop/" + std::to_string(i));
   }
-  if (get_int(j, "n", 1, 1, 1 << 20) != 1) bad("only n = 1 is supported", "n");
+  r.n = static_cast<int>(get_int(j, "n", 1, 1, GenRequest::max_choices));
   if (get_bool(j, "logprobs", false) || (chat ? false : field(j, "logprobs") != nullptr)) {
     bad("logprobs are not supported", "logprobs");
   }

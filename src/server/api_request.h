@@ -42,6 +42,9 @@ struct GenRequest {
   std::string model;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // Choices: n branches of the same prompt (seeds seed, seed + 1, ...), each its own job.
+  static constexpr int max_choices = 16;
+  int n = 1;
   // Sampling. OpenAI's defaults (temperature 1, top_p 1); top_k / min_p are extensions.
   float temperature = 1.0f;
   float top_p = 1.0f;
@@ -62,7 +65,7 @@ struct GenRequest {
 };
 
 // Throws ApiError (400) naming the field for invalid JSON, wrong types or ranges, unknown
-// roles, conflicting constraints, unsupported options (n > 1, logprobs).
+// roles, conflicting constraints, unsupported options (n > 16, logprobs).
 GenRequest parse_chat_request(std::string_view body);
 GenRequest parse_completion_request(std::string_view body);
 

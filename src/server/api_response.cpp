@@ -67,11 +67,14 @@ std::string finish_reason(StopReason stop, bool has_tool_calls) {
   }
 }
 
-json usage_json(const JobResult& r) {
-  return {{"prompt_tokens", r.prompt_tokens},
-          {"completion_tokens", r.completion_tokens},
-          {"total_tokens", r.prompt_tokens + r.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
+json usage_json(const std::vector<JobResult>& choices) {
+  const JobResult& first = choices.front();
+  size_t completion = 0;
+  for (const JobResult& r : choices) completion += r.completion_tokens;
+  return {{"prompt_tokens", first.prompt_tokens},
+          {"completion_tokens", completion},
+          {"total_tokens", first.prompt_tokens + completion},
+          {"prompt_tokens_details", {{"cached_tokens", first.cached_tokens}}}};
 }
 
 json timings_json(const JobResult& r) {

@@ -26,8 +26,9 @@ nlohmann::json message_json(const chat::Message& m);
 // OpenAI's finish_reason of a stop reason ("tool_calls" when the message has calls).
 std::string finish_reason(StopReason stop, bool has_tool_calls);
 
-// usage (with prompt_tokens_details.cached_tokens) and lacuna's timings of a result.
-nlohmann::json usage_json(const JobResult& r);
+// usage (with prompt_tokens_details.cached_tokens) of a request's choices (the prompt counted
+// once, as the first choice read it; completion tokens summed) and lacuna's timings of a result.
+nlohmann::json usage_json(const std::vector<JobResult>& choices);
 nlohmann::json timings_json(const JobResult& r);
 
 // The length of `text` without a UTF-8 sequence cut at its end (a token may end inside a

@@ -213,62 +213,115 @@ struct Server::Impl {
 
   // ---- generation endpoints ------------------------------------------------------------
 
+  // The jobs of a request's n choices: the prepared one, then copies with the next seeds
+  // and their own forks of the constraint. All are queued, or none (503).
+  std::vector<std::shared_ptr<Job>> choice_jobs(const std::shared_ptr<Job>& first, int n) {
+    std::vector<std::shared_ptr<Job>> jobs = {first};
+    for (int i = 1; i < n; ++i) {
+      auto job = std::make_shared<Job>();
+      job->prompt = first->prompt;
+      job->params = first->params;
+      job->params.seed = first->params.seed + static_cast<uint32_t>(i);
+      if (first->constraint) job->constraint = first->constraint->fork();
+      job->arrival = first->arrival;
+      jobs.push_back(std::move(job));
+    }
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      try {
+        submit(jobs[i]);
+      } catch (const ApiError&) {
+        for (size_t k = 0; k < i; ++k) jobs[k]->cancel();
+        throw;
+      }
+    }
+    return jobs;
+  }
+
+  static void cancel_all(const std::vector<std::shared_ptr<Job>>& jobs) {
+    for (const auto& j : jobs) j->cancel();
+  }
+
+  static ApiError job_error(const Job::Update& u) {
+    return ApiError(u.error_status, u.error, "",
+                    u.error_status == 503 ? "server_busy" : "server_error");
+  }
+
   void generate(const httplib::Request& req, httplib::Response& res, GenRequest::Kind kind) {
     GenRequest g = kind == GenRequest::Kind::chat ? parse_chat_request(req.body)
                                                   : parse_completion_request(req.body);
     auto prepared = std::make_shared<Prepared>(prepare(g));
-    const std::shared_ptr<Job> job = prepared->job;
-    job->arrival = std::chrono::steady_clock::now();
-    submit(job);
+    prepared->job->arrival = std::chrono::steady_clock::now();
+    const std::vector<std::shared_ptr<Job>> jobs = choice_jobs(prepared->job, g.n);
     const bool chat = kind == GenRequest::Kind::chat;
+    const bool has_tools = !g.chat.tools.empty();
     const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
     const int64_t created_at = unix_now();
     const std::string object = chat ? "chat.completion" : "text_completion";
 
     if (!g.stream) {
       // Nothing is written until the end, so a client that goes away is seen on its socket:
-      // end of file there cancels the job (seen by the scheduler at its next step).
+      // end of file there cancels the jobs (seen by the scheduler at its next step).
       const int fd =
           find_peer_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-      Job::Update u;
-      while (!u.ended) {
-        job->wait(u, std::chrono::milliseconds(100));
-        if (!u.ended && !job->cancelled() && peer_closed(fd)) job->cancel();
+      std::vector<Job::Update> updates(jobs.size());
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        while (!updates[i].ended) {
+          jobs[i]->wait(updates[i], std::chrono::milliseconds(100));
+          if (!updates[i].ended && !jobs[i]->cancelled() && peer_closed(fd)) cancel_all(jobs);
+        }
+        if (updates[i].failed) {
+          cancel_all(jobs);
+          throw job_error(updates[i]);
+        }
       }
-      if (u.failed)
-        throw ApiError(u.error_status, u.error, "",
-                       u.error_status == 503 ? "server_busy" : "server_error");
-      json choice = {{"index", 0}, {"logprobs", nullptr}};
-      if (chat) {
-        const chat::Message m = final_message(*prepared->prompt, !g.chat.tools.empty(), u.text);
-        choice["message"] = message_json(m);
-        choice["finish_reason"] = finish_reason(u.result.stop, !m.tool_calls.empty());
-      } else {
-        choice["text"] = u.text;
-        choice["finish_reason"] = finish_reason(u.result.stop, false);
+      json choices = json::array();
+      std::vector<JobResult> results;
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        const Job::Update& u = updates[i];
+        json choice = {{"index", i}, {"logprobs", nullptr}};
+        if (chat) {
+          const chat::Message m = final_message(*prepared->prompt, has_tools, u.text);
+          choice["message"] = message_json(m);
+          choice["finish_reason"] = finish_reason(u.result.stop, !m.tool_calls.empty());
+        } else {
+          choice["text"] = u.text;
+          choice["finish_reason"] = finish_reason(u.result.stop, false);
+        }
+        choices.push_back(std::move(choice));
+        results.push_back(u.result);
       }
       json body = {{"id", id},
                    {"object", object},
                    {"created", created_at},
                    {"model", model_id},
                    {"system_fingerprint", "lacuna"},
-                   {"choices", json::array({choice})},
-                   {"usage", usage_json(u.result)},
-                   {"timings", timings_json(u.result)}};
+                   {"choices", std::move(choices)},
+                   {"usage", usage_json(results)},
+                   {"timings", timings_json(results[0])}};
       send_json(res, 200, body);
       return;
     }
 
-    // Streaming: SSE chunks from this worker thread while the scheduler generates.
+    // Streaming: SSE chunks from this worker thread while the scheduler generates; each
+    // choice's deltas carry its index, its finish chunk comes when it ends, [DONE] after all.
+    struct Choice {
+      std::shared_ptr<Job> job;
+      std::shared_ptr<ChatStream> stream;  // chat
+      Job::Update state;
+      size_t sent = 0;  // completions: bytes of the text sent
+      bool finished = false;
+    };
+    auto choices = std::make_shared<std::vector<Choice>>();
+    for (const auto& job : jobs) {
+      Choice& c = choices->emplace_back();
+      c.job = job;
+      if (chat) c.stream = std::make_shared<ChatStream>(*prepared->prompt, has_tools);
+    }
     const bool include_usage = g.include_usage;
     const std::string model_name = model_id;
-    auto stream =
-        chat ? std::make_shared<ChatStream>(*prepared->prompt, !g.chat.tools.empty()) : nullptr;
-    auto state = std::make_shared<Job::Update>();
     auto opened = std::make_shared<bool>(false);
-    auto sent = std::make_shared<size_t>(0);  // completions: bytes of the text sent
-    auto chunk = [=](const json& delta_or_text, const json& finish) {
-      json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", nullptr}};
+    auto chunk = [=](size_t index, const json& delta_or_text, const json& finish) {
+      json choice = {{"index", index}, {"finish_reason", finish}, {"logprobs", nullptr}};
       if (chat) {
         choice["delta"] = delta_or_text;
       } else {
@@ -281,77 +334,95 @@ struct Server::Impl {
                   {"system_fingerprint", "lacuna"},
                   {"choices", json::array({choice})}};
     };
+    // One wait per call for a single choice; with several, short waits in turn.
+    const auto wait_for = std::chrono::milliseconds(jobs.size() == 1 ? 200 : 10);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
         [=](size_t, httplib::DataSink& sink) -> bool {
           auto write = [&](const std::string& s) {
             if (!sink.write(s.data(), s.size())) {
-              job->cancel();
+              cancel_all(jobs);
               return false;
             }
             return true;
           };
           if (!*opened) {
             *opened = true;
-            if (chat && !write(sse(chunk({{"role", "assistant"}, {"content", ""}}, nullptr)))) {
-              return false;
+            for (size_t i = 0; chat && i < choices->size(); ++i) {
+              if (!write(sse(chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr)))) {
+                return false;
+              }
             }
           }
-          const size_t before = state->text.size();
-          job->wait(*state, std::chrono::milliseconds(200));
-          if (job->cancelled()) return false;
-          if (!state->ended) {
-            if (state->text.size() == before) return true;
-            if (chat) {
-              for (const json& d : stream->feed(state->text, false)) {
-                if (!write(sse(chunk(d, nullptr)))) return false;
+          bool all_finished = true;
+          for (size_t i = 0; i < choices->size(); ++i) {
+            Choice& c = (*choices)[i];
+            if (c.finished) continue;
+            const size_t before = c.state.text.size();
+            c.job->wait(c.state, wait_for);
+            if (c.job->cancelled()) return false;
+            if (!c.state.ended) {
+              all_finished = false;
+              if (c.state.text.size() == before) continue;
+              if (chat) {
+                for (const json& d : c.stream->feed(c.state.text, false)) {
+                  if (!write(sse(chunk(i, d, nullptr)))) return false;
+                }
+              } else if (const size_t end = utf8_complete_prefix(c.state.text); end > c.sent) {
+                if (!write(sse(chunk(i, c.state.text.substr(c.sent, end - c.sent), nullptr)))) {
+                  return false;
+                }
+                c.sent = end;
               }
-            } else if (const size_t end = utf8_complete_prefix(state->text); end > *sent) {
-              if (!write(sse(chunk(state->text.substr(*sent, end - *sent), nullptr)))) return false;
-              *sent = end;
+              continue;
             }
-            return true;
-          }
-          if (state->failed) {
-            const ApiError e(state->error_status, state->error, "",
-                             state->error_status == 503 ? "server_busy" : "server_error");
-            if (!write("data: " + error_body(e) + "\n\n")) return false;
-          } else {
-            bool has_calls = false;
+            if (c.state.failed) {
+              cancel_all(jobs);
+              if (!write("data: " + error_body(job_error(c.state)) + "\n\n")) return false;
+              if (!write("data: [DONE]\n\n")) return false;
+              sink.done();
+              return true;
+            }
+            c.finished = true;
             if (chat) {
-              for (const json& d : stream->feed(state->text, true)) {
-                if (!write(sse(chunk(d, nullptr)))) return false;
+              for (const json& d : c.stream->feed(c.state.text, true)) {
+                if (!write(sse(chunk(i, d, nullptr)))) return false;
               }
-              has_calls = !stream->message().tool_calls.empty();
-              if (!write(
-                      sse(chunk(json::object(), finish_reason(state->result.stop, has_calls))))) {
+              const bool has_calls = !c.stream->message().tool_calls.empty();
+              if (!write(sse(
+                      chunk(i, json::object(), finish_reason(c.state.result.stop, has_calls))))) {
                 return false;
               }
             } else {
-              if (state->text.size() > *sent &&
-                  !write(sse(chunk(state->text.substr(*sent), nullptr)))) {
+              if (c.state.text.size() > c.sent &&
+                  !write(sse(chunk(i, c.state.text.substr(c.sent), nullptr)))) {
                 return false;
               }
-              if (!write(sse(chunk("", finish_reason(state->result.stop, false))))) return false;
+              if (!write(sse(chunk(i, "", finish_reason(c.state.result.stop, false))))) {
+                return false;
+              }
             }
-            if (include_usage) {
-              json u = {{"id", id},
-                        {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                        {"created", created_at},
-                        {"model", model_name},
-                        {"choices", json::array()},
-                        {"usage", usage_json(state->result)},
-                        {"timings", timings_json(state->result)}};
-              if (!write(sse(u))) return false;
-            }
+          }
+          if (!all_finished) return true;
+          if (include_usage) {
+            std::vector<JobResult> results;
+            for (const Choice& c : *choices) results.push_back(c.state.result);
+            json u = {{"id", id},
+                      {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                      {"created", created_at},
+                      {"model", model_name},
+                      {"choices", json::array()},
+                      {"usage", usage_json(results)},
+                      {"timings", timings_json(results[0])}};
+            if (!write(sse(u))) return false;
           }
           if (!write("data: [DONE]\n\n")) return false;
           sink.done();
           return true;
         },
-        [job](bool success) {
-          if (!success) job->cancel();
+        [jobs](bool success) {
+          if (!success) cancel_all(jobs);
         });
   }
 

@@ -282,6 +282,39 @@ await check('response_format json_schema: every answer parses and validates (gre
   }
 });
 
+await check('n = 3: three choices (seeds seed, seed + 1, seed + 2), streamed by index equal to the non-streamed', async () => {
+  const req = { model: 'tiny', messages: user('Tell me a story'), max_tokens: 32, temperature: 0.9, seed: 21 };
+  const singles = [];
+  for (const seed of [21, 22, 23]) singles.push(await client.chat.completions.create({ ...req, seed }));
+  const three = await client.chat.completions.create({ ...req, n: 3 });
+  assert.deepEqual(three.choices.map((c) => c.index), [0, 1, 2]);
+  // Choice i is the n = 1 answer with seed + i.
+  const texts = three.choices.map((c) => c.message.content);
+  assert.deepEqual(texts, singles.map((r) => r.choices[0].message.content));
+  assert.ok(new Set(texts).size > 1, `three equal choices: ${JSON.stringify(texts)}`);
+  assert.equal(three.usage.prompt_tokens, singles[0].usage.prompt_tokens);
+  assert.equal(three.usage.completion_tokens, singles.reduce((a, r) => a + r.usage.completion_tokens, 0));
+  const streamed = ['', '', ''];
+  const finishes = [null, null, null];
+  let usage = null;
+  for await (const chunk of await client.chat.completions.create({ ...req, n: 3, stream: true, stream_options: { include_usage: true } })) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const ch of chunk.choices) {
+      if (ch.delta && ch.delta.content) streamed[ch.index] += ch.delta.content;
+      if (ch.finish_reason) finishes[ch.index] = ch.finish_reason;
+    }
+  }
+  assert.deepEqual(streamed, texts);
+  assert.deepEqual(finishes, three.choices.map((c) => c.finish_reason));
+  assert.equal(usage.completion_tokens, three.usage.completion_tokens);
+  // Completions too, the constraint forked for every choice.
+  const c = await rawPost(server.url, '/v1/completions', { prompt: 'Answer:', n: 2, max_tokens: 4, temperature: 0.8, seed: 3,
+                                                            grammar: 'root ::= "yes" | "no" | "maybe"' });
+  assert.equal(c.status, 200, c.text);
+  assert.equal(c.json.choices.length, 2);
+  for (const ch of c.json.choices) assert.ok(['yes', 'no', 'maybe'].includes(ch.text), c.text);
+});
+
 await check('lacuna extensions: choices, regex, grammar', async () => {
   const c = await rawPost(server.url, '/v1/chat/completions', {
     messages: user('Pick one'), choices: ['red', 'green', 'blue'], temperature: 0.7, seed: 5, max_tokens: 8,
@@ -422,7 +455,7 @@ await check('bad requests: status and error shape', async () => {
   errorShape(await rawPost(server.url, '/v1/chat/completions', { messages: [{ role: 'robot', content: 'x' }] }), 400, 'messages/0/role');
   errorShape(await rawPost(server.url, '/v1/chat/completions', { messages: user('x'), temperature: 'hot' }), 400, 'temperature');
   errorShape(await rawPost(server.url, '/v1/chat/completions', { messages: user('x'), max_tokens: -3 }), 400, 'max_tokens');
-  errorShape(await rawPost(server.url, '/v1/chat/completions', { messages: user('x'), n: 2 }), 400, 'n');
+  errorShape(await rawPost(server.url, '/v1/chat/completions', { messages: user('x'), n: 17 }), 400, 'n');
   errorShape(await rawPost(server.url, '/v1/chat/completions', { messages: user('x'), grammar: 'root ::= "a' }), 400, 'grammar');
   errorShape(await rawPost(server.url, '/v1/chat/completions', { messages: user('x'), regex: '(' }), 400, 'regex');
   errorShape(await rawPost(server.url, '/v1/chat/completions', {
