@@ -493,8 +493,11 @@ Prompt Template::apply(const Request& r) const {
     p.gbnf = calls;
     for (const std::string& w : words) p.triggers.push_back("(" + detail::regex_escape(w) + ")");
   } else {
-    // At least one call, from the start of the answer (after optional whitespace).
-    p.gbnf = "root ::= [ \\t\\n]{0,4} calls\n" + detail::prefix_gbnf_rules(calls, "calls");
+    // At least one call, from the start of the answer: after optional whitespace where the
+    // parser reads whitespace there (gpt-oss's parser wants its header at once).
+    const bool leading_space = detail::parser_reads_prefix(p.parser, p.generation_prompt + "\n");
+    p.gbnf = std::string(leading_space ? "root ::= [ \\t\\n]{0,4} calls\n" : "root ::= calls\n") +
+             detail::prefix_gbnf_rules(calls, "calls");
   }
   return p;
 }

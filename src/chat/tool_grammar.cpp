@@ -6,6 +6,7 @@
 #include <peg-parser.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -150,6 +151,21 @@ void drop_space_before_peeked_literals(common_peg_arena& arena) {
   }
 }
 
+// Free runs of characters in the call syntax (gpt-oss's content type after `<|constrain|>`,
+// Kimi-K2's call index): at most kMaxRun characters, a subset of what the parser accepts, so
+// that a call always ends.
+constexpr int kMaxRun = 32;
+
+void bound_character_runs(common_peg_arena& arena) {
+  for (size_t id = 0; id < arena.size(); ++id) {
+    auto* c =
+        std::get_if<common_peg_chars_parser>(&arena.get(static_cast<common_peg_parser_id>(id)));
+    if (c != nullptr && (c->max_count < 0 || c->max_count > kMaxRun)) {
+      c->max_count = std::max(c->min_count, kMaxRun);
+    }
+  }
+}
+
 }  // namespace
 
 std::string regex_escape(std::string_view text) {
@@ -159,6 +175,13 @@ std::string regex_escape(std::string_view text) {
     out += c;
   }
   return out;
+}
+
+bool parser_reads_prefix(const std::string& serialized_arena, const std::string& input) {
+  common_peg_arena arena;
+  arena.load(serialized_arena);
+  common_peg_parse_context ctx(input, COMMON_PEG_PARSE_FLAG_LENIENT);
+  return !arena.parse(ctx).fail();
 }
 
 std::string prefix_gbnf_rules(const std::string& gbnf, const std::string& prefix) {
@@ -205,6 +228,7 @@ std::string arena_to_gbnf(const std::string& serialized_arena,
   }
 
   drop_space_before_peeked_literals(arena);
+  bound_character_runs(arena);
 
   std::vector<std::pair<std::string, std::string>> rules;
   std::map<std::string, size_t> index;
@@ -312,21 +336,35 @@ std::string arena_to_gbnf(const std::string& serialized_arena,
     auto arg = arg_schema.find(name);
     if (arg == arg_schema.end()) continue;
     const std::vector<std::string> refs = referenced_rules(rhs);
-    if (refs.empty() || !ends_with(rhs, refs.back())) continue;
-    // The value: an ac rule, or a rule that is one (Qwen3-Coder's xml-arg-string).
+    if (refs.empty()) continue;
+    // The value and its tag: `ac-N` (or a rule that is one, Qwen3-Coder's xml-arg-string),
+    // or `until-N "TAG"` (DeepSeek V3.2's DSML).
+    std::string tail = refs.back();
+    std::string delimiter;
     long id = ac_rule_id(refs.back());
     if (id < 0 && index.count(refs.back()) != 0) id = ac_rule_id(rules[index[refs.back()]].second);
-    if (id < 0 || static_cast<size_t>(id) >= arena.size()) continue;
-    const auto* ac =
-        std::get_if<common_peg_ac_parser>(&arena.get(static_cast<common_peg_parser_id>(id)));
-    if (ac == nullptr || ac->delimiters.size() != 1) continue;
-    const std::optional<std::string> value = raw_string_gbnf(*arg->second, ac->delimiters[0]);
+    if (id >= 0 && static_cast<size_t>(id) < arena.size()) {
+      const auto* ac =
+          std::get_if<common_peg_ac_parser>(&arena.get(static_cast<common_peg_parser_id>(id)));
+      if (ac != nullptr && ac->delimiters.size() == 1) delimiter = ac->delimiters[0];
+    } else if (refs.back().rfind("until-", 0) == 0) {
+      const long u = std::atol(refs.back().c_str() + 6);
+      const auto* until = u > 0 && static_cast<size_t>(u) < arena.size()
+                              ? std::get_if<common_peg_until_parser>(
+                                    &arena.get(static_cast<common_peg_parser_id>(u)))
+                              : nullptr;
+      if (until != nullptr && until->delimiters.size() == 1) {
+        tail = refs.back() + " " + gbnf_format_literal(until->delimiters[0]);
+        delimiter = until->delimiters[0];
+      }
+    }
+    if (delimiter.empty() || !ends_with(rhs, tail)) continue;
+    const std::optional<std::string> value = raw_string_gbnf(*arg->second, delimiter);
     if (!value) continue;
     const std::string rule = "x-" + name;
     extra += prefix_gbnf_rules(*value, rule);
     if (!extra.empty() && extra.back() != '\n') extra += '\n';
-    rhs = rhs.substr(0, rhs.size() - refs.back().size()) + rule + " " +
-          gbnf::literal(ac->delimiters[0]);
+    rhs = rhs.substr(0, rhs.size() - tail.size()) + rule + " " + gbnf::literal(delimiter);
   }
   // Optional parameters as llama.cpp writes them, any of them any number of times
   // ("(space (a | b))*" or "(a | b)*"), would repeat a key: each at most once, in order.

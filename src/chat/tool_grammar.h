@@ -22,6 +22,11 @@ std::string arena_to_gbnf(const std::string& serialized_arena,
                           const std::map<std::string, std::string>& schemas, bool lazy,
                           bool single_call, bool outer_only = false);
 
+// Whether llama.cpp's parser (a serialized arena) can still read `input` as the start of an
+// output: false only where the parse fails before the input ends (gpt-oss's header must follow
+// the generation prompt at once, so whitespace there is refused).
+bool parser_reads_prefix(const std::string& serialized_arena, const std::string& input);
+
 // The text as an ECMAScript pattern matching it literally (special characters escaped).
 std::string regex_escape(std::string_view text);
 
