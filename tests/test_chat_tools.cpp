@@ -135,7 +135,9 @@ void run_calls(const std::string& preset) {
     for (const std::string choice : {"required", "tool_2"}) {
       if (choice == "tool_2" && n_tools < 3) continue;
       for (bool parallel : {false, true}) {
-        const chat::Prompt p = L.tmpl.apply(request(n_tools, choice, parallel));
+        chat::Request r = request(n_tools, choice, parallel);
+        r.thinking_budget = 8;  // random weights may think past the token budget (gemma-4)
+        const chat::Prompt p = L.tmpl.apply(r);
         ASSERT_TRUE(p.constraint_error.empty()) << p.constraint_error;
         for (int s = 0; s < 3; ++s) {
           SCOPED_TRACE(preset + " tools " + std::to_string(n_tools) + " " + choice +
@@ -175,6 +177,95 @@ TEST(ChatTools, Llama31FormatAlwaysGivesValidCalls) {
   run_calls("tiny-llama3");
 }
 
+// gemma-4: the large vocabulary (262,144 tokens) with its own tool-call tokens, and arguments
+// in gemma-4's value notation rather than JSON.
+TEST(ChatTools, Gemma4FormatAlwaysGivesValidCalls) {
+  run_calls("tiny-gemma4");
+}
+
+// gemma-4's notation (bare keys, strings between <|"|>) follows the tool's schema: the
+// grammar accepts the valid spellings and refuses the others, and answers parse to JSON that
+// validates.
+TEST(ChatTools, Gemma4ArgumentsFollowTheirSchema) {
+  Loaded L = load("tiny-gemma4");
+  const json tool = {
+      {"type", "function"},
+      {"function",
+       {{"name", "lookup"},
+        {"parameters",
+         {{"type", "object"},
+          {"properties",
+           {{"code", {{"type", "string"}, {"pattern", "^[A-Z]{3}$"}}},
+            {"count", {{"type", "integer"}, {"minimum", 1}, {"maximum", 99}}},
+            {"kind", {{"enum", {"a<b", "c"}}}},
+            {"note", {{"type", "string"}, {"maxLength", 8}}},
+            {"tags", {{"type", "array"}, {"items", {{"type", "string"}}}, {"maxItems", 2}}},
+            {"where",
+             {{"type", "object"},
+              {"properties", {{"lat", {{"type", "number"}}}, {"ok", {{"type", "boolean"}}}}},
+              {"required", {"lat"}}}}}},
+          {"required", {"code"}}}}}}};
+  chat::Request r = request(1, "required", false);
+  r.tools = chat::tools_from_json(json::array({tool}).dump());
+  r.enable_thinking = false;
+  const chat::Prompt p = L.tmpl.apply(r);
+  ASSERT_TRUE(p.constraint_error.empty()) << p.constraint_error;
+  const auto accepts = [&](const std::string& args) {
+    auto c = chat::make_constraint(L.model.vocab_ptr(), p);
+    const std::string text = "<|tool_call>call:lookup" + args + "<tool_call|>";
+    for (lacuna::Token tok : lacuna::tokenize(L.model.vocab(), text, false, true)) {
+      if (!c->accept_token(tok)) return false;
+    }
+    return c->is_completed();
+  };
+  const std::string q = "<|\"|>";
+  EXPECT_TRUE(accepts("{code:" + q + "ABC" + q + "}"));
+  EXPECT_FALSE(accepts("{}"));                                // code is required
+  EXPECT_FALSE(accepts("{code:" + q + "AB1" + q + "}"));      // pattern
+  EXPECT_FALSE(accepts("{\"code\":" + q + "ABC" + q + "}"));  // keys are bare
+  EXPECT_FALSE(accepts("{code:\"ABC\"}"));                    // strings between <|"|>
+  EXPECT_TRUE(accepts("{code:" + q + "ABC" + q + ",count:12,kind:" + q + "a<b" + q + "}"));
+  EXPECT_FALSE(accepts("{code:" + q + "ABC" + q + ",count:0}"));                   // minimum
+  EXPECT_FALSE(accepts("{code:" + q + "ABC" + q + ",kind:" + q + "b" + q + "}"));  // enum
+  EXPECT_FALSE(accepts("{code:" + q + "ABC" + q + ",note:" + q + "123456789" + q + "}"));
+  EXPECT_TRUE(
+      accepts("{code:" + q + "ABC" + q + ",tags:[" + q + "x" + q + "," + q + "y" + q + "]}"));
+  EXPECT_FALSE(accepts("{code:" + q + "ABC" + q + ",tags:[" + q + "x" + q + "," + q + "y" + q +
+                       "," + q + "z" + q + "]}"));  // maxItems
+  EXPECT_TRUE(accepts("{code:" + q + "ABC" + q + ",where:{lat:-1.5,ok:true}}"));
+  EXPECT_FALSE(accepts("{code:" + q + "ABC" + q + ",where:{ok:true}}"));  // nested required
+  EXPECT_FALSE(accepts("{code:" + q + "ABC" + q + ",extra:1}"));          // undeclared
+  EXPECT_FALSE(accepts("{code:" + q + "ABC" + q + ",code:" + q + "ABC" + q + "}"));  // repeat
+
+  for (uint32_t seed = 0; seed < 4; ++seed) {
+    bool complete = false;
+    const std::string out = generate(L, p, 1.0f, 60u + seed, &complete, 320);
+    ASSERT_TRUE(complete) << out;
+    chat::Message m;
+    ASSERT_NO_THROW(m = chat::parse(p, out, false)) << out;
+    ASSERT_EQ(m.tool_calls.size(), 1u) << out;
+    const json args = json::parse(m.tool_calls[0].arguments, nullptr, false);
+    ASSERT_TRUE(args.is_object()) << m.tool_calls[0].arguments;
+    ASSERT_TRUE(args.contains("code")) << out;
+    EXPECT_TRUE(std::regex_match(args["code"].get<std::string>(), std::regex("[A-Z]{3}")));
+    if (args.contains("count")) {
+      EXPECT_TRUE(args["count"].is_number_integer());
+      EXPECT_GE(args["count"].get<int>(), 1);
+      EXPECT_LE(args["count"].get<int>(), 99);
+    }
+    if (args.contains("kind")) {
+      EXPECT_TRUE(args["kind"] == "a<b" || args["kind"] == "c");
+    }
+    if (args.contains("tags")) {
+      EXPECT_LE(args["tags"].size(), 2u);
+    }
+    if (args.contains("where")) {
+      EXPECT_TRUE(args["where"].contains("lat")) << args.dump();
+      EXPECT_TRUE(args["where"]["lat"].is_number()) << args.dump();
+    }
+  }
+}
+
 // The templates whose tool calls lacuna's constraint is verified to keep valid (docs/chat.md
 // lists them and the known gaps of the others).
 const char* const kVerifiedCallTemplates[] = {
@@ -191,6 +282,8 @@ const char* const kVerifiedCallTemplates[] = {
     "fireworks-ai-llama-3-firefunction-v2",
     "GigaChat3-10B-A1.8B",
     "GigaChat3.1-10B-A1.8B",
+    "google-gemma-4-31B-it",
+    "google-gemma-4-31B-it-interleaved",
     "GLM-4.6",
     "GLM-4.7-Flash",
     "ibm-granite-granite-4.0",
@@ -231,37 +324,40 @@ const char* const kVerifiedCallTemplates[] = {
     "upstage-Solar-Open-100B",
 };
 
-// One template's check: its calls are constrained (greedy and a sampled answer on the tiny
+// One template's check: its calls are constrained (greedy and sampled answers on the tiny
 // Qwen model, whose vocabulary spells any format's markers in text tokens, are one call that
 // parses and validates), or make_constraint refuses with a reason. Returns a report line.
 std::string check_template_calls(Loaded& L, const std::string& name, bool* refused) {
   chat::Template t = chat::Template::from_source(chat::Template::load_source(name), "<s>", "</s>");
-  chat::Request r = request(3, "required", false);
-  r.enable_thinking = false;  // random weights may think past the token budget
-  r.thinking_budget = 8;      // where the prompt opens reasoning all the same (MiniMax-M2)
-  const chat::Prompt p = t.apply(r);
-  SCOPED_TRACE(name + " (" + p.format + ")");
-  *refused = !p.constraint_error.empty();
-  if (*refused) {
-    EXPECT_THROW(chat::make_constraint(L.model.vocab_ptr(), p), chat::ChatError);
-    return "refused " + name + ": " + p.constraint_error;
-  }
-  // Greedy and one sampled answer (LACUNA_TEST_TEMPLATE_SAMPLES=N: N sampled answers).
+  // 3 tools: greedy and one sampled answer (LACUNA_TEST_TEMPLATE_SAMPLES=N: N sampled
+  // answers); 1 and 10 tools: the greedy answer.
   const char* env = std::getenv("LACUNA_TEST_TEMPLATE_SAMPLES");
   const int samples = env != nullptr ? std::max(1, std::atoi(env)) : 1;
-  for (int s = 0; s <= samples; ++s) {
-    bool complete = false;
-    const std::string out = generate(L, p, s == 0 ? 0.0f : 1.0f, 5u + s, &complete);
-    EXPECT_TRUE(complete) << out;
-    chat::Message m;
-    try {
-      m = chat::parse(p, out, !complete);
-    } catch (const chat::ChatError& e) {
-      ADD_FAILURE() << e.what() << "\n" << out;
-      continue;
+  for (int n_tools : {3, 1, 10}) {
+    chat::Request r = request(n_tools, "required", false);
+    r.enable_thinking = false;  // random weights may think past the token budget
+    r.thinking_budget = 8;      // where the prompt opens reasoning all the same (MiniMax-M2)
+    const chat::Prompt p = t.apply(r);
+    SCOPED_TRACE(name + " (" + p.format + "), " + std::to_string(n_tools) + " tools");
+    *refused = !p.constraint_error.empty();
+    if (*refused) {
+      EXPECT_THROW(chat::make_constraint(L.model.vocab_ptr(), p), chat::ChatError);
+      return "refused " + name + ": " + p.constraint_error;
     }
-    EXPECT_EQ(m.tool_calls.size(), 1u) << out;
-    if (m.tool_calls.size() == 1) expect_valid_call(m.tool_calls[0], 3);
+    for (int s = 0; s <= (n_tools == 3 ? samples : 0); ++s) {
+      bool complete = false;
+      const std::string out = generate(L, p, s == 0 ? 0.0f : 1.0f, 5u + s, &complete, 320);
+      EXPECT_TRUE(complete) << out;
+      chat::Message m;
+      try {
+        m = chat::parse(p, out, !complete);
+      } catch (const chat::ChatError& e) {
+        ADD_FAILURE() << e.what() << "\n" << out;
+        continue;
+      }
+      EXPECT_EQ(m.tool_calls.size(), 1u) << out;
+      if (m.tool_calls.size() == 1) expect_valid_call(m.tool_calls[0], n_tools);
+    }
   }
   return "constrained " + name;
 }

@@ -17,6 +17,7 @@
 #include <variant>
 #include <vector>
 
+#include "chat/gemma4_grammar.h"
 #include "chat/raw_string_grammar.h"
 #include "grammar/regex_gbnf.h"
 #include "lacuna/chat.h"
@@ -319,6 +320,25 @@ std::string arena_to_gbnf(const std::string& serialized_arena,
        rules[index["tool-calls"]].second == "(tool-call space)+")) {
     rules[index["tool-calls"]].second = "tool-call (space tool-call)*";
     rules[index["root"]].second = single_call ? "tool-call" : "tool-calls";
+  }
+  // gemma-4 writes a call's arguments in its own notation (bare keys, strings between
+  // `<|"|>`), any dictionary in llama.cpp's grammar: there the tool's schema in that notation.
+  for (auto& [name, rhs] : rules) {
+    if (name.rfind("tool-", 0) != 0 || !ends_with(rhs, " gemma4-dict")) continue;
+    for (const auto& [schema_name, schema] : schemas) {
+      const std::string suffix = "-schema";
+      if (!ends_with(schema_name, suffix) ||
+          sanitize(schema_name.substr(0, schema_name.size() - suffix.size())) != name) {
+        continue;
+      }
+      const std::optional<std::string> args = gemma4_args_gbnf(schema);
+      if (!args) break;
+      const std::string rule = "g4-" + name;
+      extra += prefix_gbnf_rules(*args, rule);
+      if (!extra.empty() && extra.back() != '\n') extra += '\n';
+      rhs = rhs.substr(0, rhs.size() - std::string("gemma4-dict").size()) + rule;
+      break;
+    }
   }
   // XML-like formats write a parameter's value as raw text up to a closing tag (an `ac` rule
   // of llama.cpp: any text without the tag). Where the parameter's schema allows only strings
