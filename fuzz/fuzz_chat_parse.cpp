@@ -1,10 +1,12 @@
 // fuzz_chat_parse.cpp — libFuzzer target: arbitrary model output through lacuna::chat::parse
 // for the prompts of ten chat formats (complete and partial, as a stream gives it), and
 // arbitrary text as OpenAI's messages / tools arrays formatted by a template. Each must end
-// with a result or ChatError; never a crash, a hang or another exception.
+// with a result or ChatError; never a crash, a hang or another exception. And arbitrary text as
+// a tool's parameters schema through gemma-4's argument grammar, which must parse.
 //
 // Input: byte 0 picks the prompt (or, past the last one, the messages mode), bit 0 of byte 1
-// asks for partial parsing; the rest is the output (or the JSON text).
+// asks for partial parsing, bit 1 tools instead of messages, bit 2 the gemma-4 grammar; the
+// rest is the output (or the JSON text).
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -12,7 +14,9 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/gemma4_grammar.h"
 #include "lacuna/chat.h"
+#include "lacuna/grammar.h"
 
 namespace {
 
@@ -85,6 +89,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       lacuna::chat::parse(s.prompts[pick], text, partial);
     } catch (const ChatError&) {
     }
+    return 0;
+  }
+  // A tool's parameters (bit 2) as gemma-4's argument notation: whatever the schema, no
+  // crash, and a grammar it returns parses.
+  if ((data[1] & 4) != 0) {
+    const std::optional<std::string> g = lacuna::chat::detail::gemma4_args_gbnf(std::string(text));
+    if (g) (void)lacuna::parse_gbnf(*g);
     return 0;
   }
   // Messages (or tools, by bit 1) as JSON, then formatted by the first template.
