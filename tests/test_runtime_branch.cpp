@@ -359,6 +359,51 @@ TEST_P(Runtime, ConstrainedBatchMatchesSequentialAndForksStayValid) {
   }
 }
 
+// Log-probabilities: every token of a constrained greedy generation gets a record (forced
+// tokens included, since the branch then samples each token from logits), the tokens equal
+// those of a branch with skipping, and each record agrees with the model's own surprisal.
+TEST_P(Runtime, LogprobsCoverEveryTokenAndChangeNothing) {
+  const std::string schema =
+      R"({"type":"object","properties":{"name":{"type":"string","maxLength":6},"n":{"type":"integer"}},"required":["name","n"],"additionalProperties":false})";
+  Context ctx(model(), params());
+  Branch plain = ctx.create_branch(greedy(40));
+  plain.set_json_schema(schema, true);
+  plain.prefill(prompt(12, 60));
+  const std::vector<Token> want = run(plain);
+  // The plain branch skipped forced tokens or took them as drafts (not on tiny-spm, whose
+  // byte-fallback pieces leave this schema's forced text more than one spelling).
+  if (GetParam() != "tiny-spm") {
+    ASSERT_GT(plain.generator().stats().tokens_skipped + plain.generator().stats().draft_accepted,
+              0u);
+  }
+  BranchParams bp = greedy(40);
+  bp.logprobs = 3;
+  Branch lp = ctx.create_branch(bp);
+  lp.set_json_schema(schema, true);
+  lp.prefill(prompt(12, 60));
+  // The first token's record against the model's surprisal at the prompt's position.
+  const Token first = want.front();
+  const double surprisal = lp.model_surprisal(first);
+  EXPECT_EQ(run(lp), want);
+  const auto& recs = lp.generator().logprobs();
+  ASSERT_EQ(recs.size(), want.size());
+  EXPECT_NEAR(recs.front().logprob, -surprisal, 1e-4);
+  for (size_t i = 0; i < recs.size(); ++i) {
+    EXPECT_EQ(recs[i].token, want[i]);
+    EXPECT_LE(recs[i].logprob, 0.0f);
+    ASSERT_EQ(recs[i].top.size(), 3u);
+    EXPECT_GE(recs[i].top[0].second, recs[i].top[1].second);
+    EXPECT_GE(recs[i].top[1].second, recs[i].top[2].second);
+    EXPECT_GE(recs[i].top[0].second, recs[i].logprob);  // the constraint may pick a lesser one
+  }
+  EXPECT_EQ(lp.generator().stats().tokens_skipped, 0u);
+  EXPECT_EQ(lp.generator().stats().draft_accepted, 0u);
+  BranchParams too_many = greedy(4);
+  too_many.logprobs = 21;
+  EXPECT_THROW(ctx.create_branch(too_many), std::invalid_argument);
+  EXPECT_EQ(ctx.n_live_branches(), 2u);  // the refused branch took no sequence
+}
+
 // produce + batched commit gives the tokens step gives.
 TEST_P(Runtime, ProduceCommitMatchesStep) {
   Context ctx(model(), params());

@@ -208,6 +208,14 @@ struct GenerationStats {
 };
 
 // What one call of next() produced.
+// One emitted token's log-probability under the model's distribution at its position (the
+// raw logits: no bias, mask or temperature) and the most likely tokens there, best first.
+struct TokenLogprob {
+  Token token = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<Token, float>> top;
+};
+
 struct Step {
   std::span<const Token> tokens;  // emitted this step (may be several)
   std::string_view text;          // their bytes (a stop string and what follows is cut)
@@ -320,6 +328,13 @@ class Generator {
   // log-sum-exp over the vocabulary per sampled token). commit() always counts it.
   // Needs the logits on the host: turns backend sampling off for this generator.
   void set_track_surprisal(bool on);
+  // Log-probabilities of the emitted tokens (-1: off, the default), each with the top_n
+  // (at most 20) most likely tokens of its position. Every token is then sampled from logits:
+  // no forced-token skipping, forced strings or drafts for this generator, and no backend
+  // sampling (the logits must reach the host). std::invalid_argument for top_n > 20.
+  void set_logprobs(int top_n);
+  // The records of the current generation, one per emitted token, in order.
+  const std::vector<TokenLogprob>& logprobs() const { return logprobs_; }
   // Whether this generator's sampler chain runs inside llama.cpp's graph now.
   bool backend_sampling() const { return backend_chain_ != nullptr; }
   llama_seq_id seq() const { return config_.seq; }
@@ -378,6 +393,7 @@ class Generator {
   Token sample_temp(const float* logits, bool masked, Token draft, bool& accepted);
   const float* biased(const float* logits);
   void count_surprisal(const float* logits, Token token);
+  void record_logprob(const float* logits, Token token);
   // Emits a token: constraint, text, stats, stop conditions. Returns false once stopped.
   bool emit(Token token, bool in_kv);
   void make_drafts(std::string_view forced, std::vector<Token>& drafts);
@@ -446,6 +462,8 @@ class Generator {
   bool logits_valid_ = false;
   bool prefilled_ = false;
   bool cost_measured_ = false;  // DecodeOptions::measure_cost done for this generator
+  int logprobs_top_ = -1;
+  std::vector<TokenLogprob> logprobs_;
   bool track_surprisal_ = false;
   double surprisal_sum_ = 0;
   size_t surprisal_count_ = 0;

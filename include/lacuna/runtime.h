@@ -51,6 +51,9 @@ struct BranchParams {
   std::vector<std::string> stop_strings;
   std::vector<llama_logit_bias> logit_bias;
   bool track_perplexity = false;  // surprisal of sampled tokens (one log-sum-exp each)
+  // Log-probabilities of the emitted tokens with this many alternatives each (-1: off;
+  // Generator::set_logprobs: every token then comes from logits, no skipping or drafts).
+  int32_t logprobs = -1;
   // Blink KV, automatic: when the context is full, keep the first `blink_sinks` tokens and
   // the last `blink_tail` tokens and go on (both 0: off; stop with context_full).
   size_t blink_sinks = 0;

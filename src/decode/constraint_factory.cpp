@@ -128,13 +128,15 @@ std::unique_ptr<Constraint> make_grammar_constraint(const llama_vocab* vocab,
   if (vocab == nullptr) throw std::invalid_argument("make_grammar_constraint: null vocabulary");
   const Grammar grammar = parse_gbnf(gbnf);
   auto compiled = CompiledGrammar::compile(grammar, token_index_for(vocab));
-  std::unique_ptr<Constraint> c = std::make_unique<GrammarMatcher>(std::move(compiled));
-  if (!lazy_triggers.empty()) {
-    LazyTriggers t;
-    t.words = lazy_triggers;
-    c = std::make_unique<LazyConstraint>(std::move(c), std::move(t), vocab_piece_fn(vocab));
-  }
-  return c;
+  return make_lazy(vocab, std::make_unique<GrammarMatcher>(std::move(compiled)), lazy_triggers);
+}
+
+std::unique_ptr<Constraint> make_lazy(const llama_vocab* vocab, std::unique_ptr<Constraint> c,
+                                      const std::vector<std::string>& lazy_triggers) {
+  if (lazy_triggers.empty()) return c;
+  LazyTriggers t;
+  t.words = lazy_triggers;
+  return std::make_unique<LazyConstraint>(std::move(c), std::move(t), vocab_piece_fn(vocab));
 }
 
 std::unique_ptr<Constraint> make_schema_constraint(const llama_vocab* vocab,

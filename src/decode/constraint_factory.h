@@ -37,6 +37,11 @@ std::unique_ptr<Constraint> make_grammar_constraint(
     const llama_vocab* vocab, const std::string& gbnf,
     const std::vector<std::string>& lazy_triggers = {});
 
+// `c` inactive until one of the trigger words appears in the output (a LazyConstraint); `c`
+// itself when there are none.
+std::unique_ptr<Constraint> make_lazy(const llama_vocab* vocab, std::unique_ptr<Constraint> c,
+                                      const std::vector<std::string>& lazy_triggers);
+
 // A JSON Schema's constraint (flexible or compact whitespace; unsupported keywords are
 // logged as warnings), with lazy triggers like make_grammar_constraint.
 std::unique_ptr<Constraint> make_schema_constraint(

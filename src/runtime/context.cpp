@@ -168,6 +168,7 @@ uint32_t Context::allocate(const BranchParams& params,
     st->decoder = proto_->fresh(gc);
     st->decoder->set_logit_bias(params.logit_bias);
     st->decoder->set_track_surprisal(params.track_perplexity);
+    st->decoder->set_logprobs(params.logprobs);
   }
   free_seqs_.pop_back();
   uint32_t id = 0;

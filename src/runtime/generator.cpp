@@ -102,7 +102,7 @@ void Generator::build_samplers() {
     dist_ = llama_sampler_init_dist(config_.seed);
   }
   accept_rng_.seed(config_.seed ^ 0x5bd1e995u);
-  if (config_.decode.backend_sampling && !track_surprisal_) {
+  if (config_.decode.backend_sampling && !track_surprisal_ && logprobs_top_ < 0) {
     attach_backend(nullptr);
   } else {
     detach_backend();
@@ -115,6 +115,23 @@ void Generator::set_track_surprisal(bool on) {
     std::fprintf(stderr,
                  "lacuna: surprisal tracking needs the logits on the host; sequence %d samples "
                  "on the CPU\n",
+                 config_.seq);
+    detach_backend();
+  }
+}
+
+void Generator::set_logprobs(int top_n) {
+  if (top_n > 20) throw std::invalid_argument("Generator::set_logprobs: at most 20 top tokens");
+  logprobs_top_ = top_n < 0 ? -1 : top_n;
+  if (logprobs_top_ < 0) return;
+  // Every token from logits: a skipped or drafted token has none of its own.
+  config_.decode.skip_forced = false;
+  config_.decode.verify_strings = false;
+  config_.decode.jump_forward = false;
+  if (backend_chain_ != nullptr) {
+    std::fprintf(stderr,
+                 "lacuna: log-probabilities need the logits on the host; sequence %d samples on "
+                 "the CPU\n",
                  config_.seq);
     detach_backend();
   }
@@ -243,6 +260,8 @@ Generator::Generator(const Generator& o, llama_seq_id seq)
       logits_valid_(o.logits_valid_),
       prefilled_(o.prefilled_),
       cost_measured_(o.cost_measured_),
+      logprobs_top_(o.logprobs_top_),
+      logprobs_(o.logprobs_),
       track_surprisal_(o.track_surprisal_),
       surprisal_sum_(o.surprisal_sum_),
       surprisal_count_(o.surprisal_count_),
@@ -394,6 +413,7 @@ void Generator::start_generation(std::span<const Token> prompt) {
     cost_measured_ = true;
   }
   out_tokens_.clear();
+  logprobs_.clear();
   text_.clear();
   step_tokens_.clear();
   step_text_begin_ = 0;
@@ -566,6 +586,7 @@ void Generator::commit_many(std::span<Generator* const> gens, std::span<const To
     g.step_text_begin_ = g.text_.size();
     if (g.logits_valid_ && g.backend_chain_ == nullptr) {
       g.count_surprisal(g.logits_->data(), tokens[i]);
+      if (g.logprobs_top_ >= 0) g.record_logprob(g.logits_->data(), tokens[i]);
     }
     g.emit(tokens[i], false);
     g.stage_backend_rows({});
@@ -814,6 +835,34 @@ void Generator::count_surprisal(const float* logits, Token token) {
   for (int32_t i = 0; i < n_vocab_; ++i) sum += std::exp(static_cast<double>(logits[i] - max_l));
   surprisal_sum_ += std::log(sum) + static_cast<double>(max_l - logits[token]);
   ++surprisal_count_;
+}
+
+void Generator::record_logprob(const float* logits, Token token) {
+  float max_l = -std::numeric_limits<float>::infinity();
+  for (int32_t i = 0; i < n_vocab_; ++i) max_l = std::max(max_l, logits[i]);
+  double sum = 0;
+  for (int32_t i = 0; i < n_vocab_; ++i) sum += std::exp(static_cast<double>(logits[i] - max_l));
+  const double log_z = static_cast<double>(max_l) + std::log(sum);
+  TokenLogprob r;
+  r.token = token;
+  r.logprob = static_cast<float>(static_cast<double>(logits[token]) - log_z);
+  if (logprobs_top_ > 0) {
+    // The best top_n by logit (ties: lower id first), without sorting the vocabulary.
+    const auto better = [&](Token a, Token b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    };
+    std::vector<Token> best;
+    best.reserve(static_cast<size_t>(logprobs_top_) + 1);
+    for (Token i = 0; i < n_vocab_; ++i) {
+      if (best.size() == static_cast<size_t>(logprobs_top_) && !better(i, best.back())) continue;
+      best.insert(std::upper_bound(best.begin(), best.end(), i, better), i);
+      if (best.size() > static_cast<size_t>(logprobs_top_)) best.pop_back();
+    }
+    for (Token b : best) {
+      r.top.emplace_back(b, static_cast<float>(static_cast<double>(logits[b]) - log_z));
+    }
+  }
+  logprobs_.push_back(std::move(r));
 }
 
 // The constraint allows no token: it has ended (completed) or cannot go on (dead end).
@@ -1131,6 +1180,7 @@ void Generator::take_outputs(int32_t out0, bool live) {
       if (p.accepted || t == undrafted_) accept_hits_ += 1;
     }
     if (track_surprisal_ && logits != nullptr) count_surprisal(logits, t);
+    if (logprobs_top_ >= 0 && logits != nullptr) record_logprob(logits, t);
     if (p.accepted && draft != LLAMA_TOKEN_NULL) {
       ++stats_.draft_accepted;
       ++k;

@@ -148,10 +148,18 @@ void parse_common(const json& j, GenRequest& r, bool chat) {
     if (r.stop[i].empty()) bad("a stop string must not be empty", "stop/" + std::to_string(i));
   }
   r.n = static_cast<int>(get_int(j, "n", 1, 1, GenRequest::max_choices));
-  if (get_bool(j, "logprobs", false) || (chat ? false : field(j, "logprobs") != nullptr)) {
-    bad("logprobs are not supported", "logprobs");
+  // Log-probabilities: chat's `logprobs` (bool) with `top_logprobs` (0 to 20); the legacy
+  // completions' `logprobs` (the number of alternatives, 0 to 5; null: off).
+  if (chat) {
+    const bool on = get_bool(j, "logprobs", false);
+    const json* top = field(j, "top_logprobs");
+    if (top != nullptr && !top->is_null() && !on) {
+      bad("\"top_logprobs\" needs \"logprobs\": true", "top_logprobs");
+    }
+    if (on) r.logprobs = static_cast<int>(get_int(j, "top_logprobs", 0, 0, 20));
+  } else if (const json* lp = field(j, "logprobs"); lp != nullptr && !lp->is_null()) {
+    r.logprobs = static_cast<int>(get_int(j, "logprobs", 0, 0, 5));
   }
-  if (field(j, "top_logprobs")) bad("top_logprobs are not supported", "top_logprobs");
   if (get_bool(j, "echo", false)) bad("echo is not supported", "echo");
   if (!get_string(j, "suffix").empty()) bad("suffix is not supported", "suffix");
   (void)get_number(j, "frequency_penalty", 0.0, -2.0, 2.0);  // accepted, not applied
@@ -164,10 +172,26 @@ void parse_common(const json& j, GenRequest& r, bool chat) {
     bad("\"choices\" must not be empty", "choices");
   }
   r.lazy_triggers = get_string_list(j, "lazy_triggers", /*allow_single=*/false, 64);
-  const int sources = !r.grammar.empty() + !r.regex.empty() + !r.choices.empty();
-  if (sources > 1) bad("give at most one of \"grammar\", \"regex\" and \"choices\"", "grammar");
-  if (field(j, "token_trie"))
-    bad("\"token_trie\" is not supported by the server yet", "token_trie");
+  if (const json* trie = field(j, "token_trie")) {
+    // The payload as a JSON object, or its text.
+    if (trie->is_object()) {
+      r.token_trie = trie->dump();
+    } else if (trie->is_string() && !trie->get<std::string>().empty()) {
+      r.token_trie = trie->get<std::string>();
+    } else {
+      bad("\"token_trie\" must be a token-trie payload (an object, or its JSON text)",
+          "token_trie");
+    }
+  }
+  r.token_trie_path = get_string(j, "token_trie_path");
+  if (!r.token_trie_path.empty() && r.token_trie.empty()) {
+    bad("\"token_trie_path\" needs \"token_trie\"", "token_trie_path");
+  }
+  const int sources =
+      !r.grammar.empty() + !r.regex.empty() + !r.choices.empty() + !r.token_trie.empty();
+  if (sources > 1) {
+    bad("give at most one of \"grammar\", \"regex\", \"choices\" and \"token_trie\"", "grammar");
+  }
 }
 
 }  // namespace
@@ -241,8 +265,12 @@ GenRequest parse_chat_request(std::string_view body) {
     }
   }
   if (r.has_extension_constraint() && (!r.chat.tools.empty() || !r.chat.response_schema.empty())) {
-    bad("\"grammar\", \"regex\" and \"choices\" cannot be combined with tools or response_format",
-        !r.grammar.empty() ? "grammar" : (!r.regex.empty() ? "regex" : "choices"));
+    bad("\"grammar\", \"regex\", \"choices\" and \"token_trie\" cannot be combined with tools or "
+        "response_format",
+        !r.grammar.empty()   ? "grammar"
+        : !r.regex.empty()   ? "regex"
+        : !r.choices.empty() ? "choices"
+                             : "token_trie");
   }
   if (const json* kw = field(j, "chat_template_kwargs")) {
     if (!kw->is_object()) bad("\"chat_template_kwargs\" must be an object", "chat_template_kwargs");

@@ -53,19 +53,23 @@ struct GenRequest {
   std::optional<uint32_t> seed;
   int64_t max_tokens = -1;  // -1: the server's default
   std::vector<std::string> stop;
+  // Log-probabilities of the answer's tokens with this many alternatives each (-1: none).
+  int logprobs = -1;
   // lacuna extensions: one constraint source at most (besides tools / response_format).
   std::string grammar;  // GBNF
   std::string regex;
   std::vector<std::string> choices;
   std::vector<std::string> lazy_triggers;
+  std::string token_trie;       // a token-trie payload (JSON text, docs/token_trie.md)
+  std::string token_trie_path;  // its descriptor (empty: the first)
 
   bool has_extension_constraint() const {
-    return !grammar.empty() || !regex.empty() || !choices.empty();
+    return !grammar.empty() || !regex.empty() || !choices.empty() || !token_trie.empty();
   }
 };
 
 // Throws ApiError (400) naming the field for invalid JSON, wrong types or ranges, unknown
-// roles, conflicting constraints, unsupported options (n > 16, logprobs).
+// roles, conflicting constraints, unsupported options (n > 16, echo, suffix).
 GenRequest parse_chat_request(std::string_view body);
 GenRequest parse_completion_request(std::string_view body);
 

@@ -99,6 +99,82 @@ json timings_json(const JobResult& r) {
           {"stop", stop_reason_name(s.stop)}};
 }
 
+namespace {
+
+// The token's bytes, and as text with every byte that is not part of whole UTF-8 replaced.
+std::string piece_of(const Vocab& vocab, Token t) {
+  return detokenize(vocab, std::span<const Token>(&t, 1), /*remove_special=*/false,
+                    /*unparse_special=*/true);
+}
+
+std::string valid_utf8(const std::string& s) {
+  std::string out;
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80           ? 1
+                     : (c >> 5) == 0x6  ? 2
+                     : (c >> 4) == 0xE  ? 3
+                     : (c >> 3) == 0x1E ? 4
+                                        : 0;
+    bool ok = n > 0 && i + n <= s.size();
+    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    if (ok) {
+      out.append(s, i, n);
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+nlohmann::json bytes_of(const std::string& piece) {
+  nlohmann::json b = nlohmann::json::array();
+  for (unsigned char c : piece) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+}  // namespace
+
+nlohmann::json chat_logprobs_json(const Vocab& vocab, std::span<const TokenLogprob> lp) {
+  nlohmann::json content = nlohmann::json::array();
+  for (const TokenLogprob& r : lp) {
+    const std::string piece = piece_of(vocab, r.token);
+    nlohmann::json top = nlohmann::json::array();
+    for (const auto& [t, l] : r.top) {
+      const std::string p = piece_of(vocab, t);
+      top.push_back({{"token", valid_utf8(p)}, {"logprob", l}, {"bytes", bytes_of(p)}});
+    }
+    content.push_back({{"token", valid_utf8(piece)},
+                       {"logprob", r.logprob},
+                       {"bytes", bytes_of(piece)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+nlohmann::json completion_logprobs_json(const Vocab& vocab, std::span<const TokenLogprob> lp,
+                                        size_t& text_offset) {
+  nlohmann::json tokens = nlohmann::json::array(), token_logprobs = nlohmann::json::array(),
+                 top_logprobs = nlohmann::json::array(), offsets = nlohmann::json::array();
+  for (const TokenLogprob& r : lp) {
+    const std::string piece = piece_of(vocab, r.token);
+    tokens.push_back(valid_utf8(piece));
+    token_logprobs.push_back(r.logprob);
+    nlohmann::json top = nlohmann::json::object();
+    for (const auto& [t, l] : r.top) top[valid_utf8(piece_of(vocab, t))] = l;
+    top_logprobs.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += piece.size();
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top_logprobs)},
+          {"text_offset", std::move(offsets)}};
+}
+
 size_t utf8_complete_prefix(std::string_view text) {
   const size_t n = text.size();
   for (size_t back = 1; back <= 3 && back <= n; ++back) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lacuna/chat.h"
+#include "lacuna/model.h"
 #include "server/scheduler.h"
 
 namespace lacuna::server {
@@ -30,6 +32,15 @@ std::string finish_reason(StopReason stop, bool has_tool_calls);
 // once, as the first choice read it; completion tokens summed) and lacuna's timings of a result.
 nlohmann::json usage_json(const std::vector<JobResult>& choices);
 nlohmann::json timings_json(const JobResult& r);
+
+// Log-probabilities in OpenAI's shapes: chat's `{"content": [{token, logprob, bytes,
+// top_logprobs}], "refusal": null}` and the legacy completions' `{tokens, token_logprobs,
+// top_logprobs, text_offset}` (offsets from `text_offset`, the bytes of the answer before
+// these tokens, which it advances past them). A token's text that is not whole UTF-8 is shown with
+// U+FFFD; `bytes` holds it exactly.
+nlohmann::json chat_logprobs_json(const Vocab& vocab, std::span<const TokenLogprob> lp);
+nlohmann::json completion_logprobs_json(const Vocab& vocab, std::span<const TokenLogprob> lp,
+                                        size_t& text_offset);
 
 // The length of `text` without a UTF-8 sequence cut at its end (a token may end inside a
 // character): what a stream may send now so that its pieces join to the whole text.

@@ -14,6 +14,7 @@
 #include <random>
 #include <thread>
 
+#include "capi/capi_common.h"
 #include "decode/constraint_factory.h"
 #include "lacuna/chat.h"
 #include "lacuna/kv.h"
@@ -129,6 +130,19 @@ struct Server::Impl {
 
   std::unique_ptr<Constraint> extension_constraint(const GenRequest& g) {
     if (!g.has_extension_constraint()) return nullptr;
+    if (!g.token_trie.empty()) {
+      try {
+        lacuna_token_trie_params tp = lacuna_token_trie_default_params();
+        tp.mode = LACUNA_TRIE_MODE_SAMPLE;  // the request's sampler picks among the allowed
+        tp.descriptor_path = g.token_trie_path.empty() ? nullptr : g.token_trie_path.c_str();
+        return decode::make_lazy(
+            model.vocab_ptr(),
+            capi::make_trie(model.vocab_ptr(), g.token_trie.data(), g.token_trie.size(), tp),
+            g.lazy_triggers);
+      } catch (const std::exception& e) {
+        throw ApiError(400, std::string("invalid token_trie: ") + e.what(), "token_trie");
+      }
+    }
     const char* param = !g.grammar.empty() ? "grammar" : (!g.regex.empty() ? "regex" : "choices");
     try {
       std::string gbnf;
@@ -194,6 +208,7 @@ struct Server::Impl {
     bp.max_tokens = static_cast<size_t>(
         std::min<int64_t>(want, static_cast<int64_t>(n_ctx - job->prompt.size())));
     bp.stop_strings = std::move(stops);
+    bp.logprobs = g.logprobs;
     job->constraint = std::move(constraint);
     p.job = std::move(job);
     return p;
@@ -279,6 +294,11 @@ struct Server::Impl {
       for (size_t i = 0; i < jobs.size(); ++i) {
         const Job::Update& u = updates[i];
         json choice = {{"index", i}, {"logprobs", nullptr}};
+        if (g.logprobs >= 0) {
+          size_t offset = 0;
+          choice["logprobs"] = chat ? chat_logprobs_json(model.vocab(), u.logprobs)
+                                    : completion_logprobs_json(model.vocab(), u.logprobs, offset);
+        }
         if (chat) {
           const chat::Message m = final_message(*prepared->prompt, has_tools, u.text);
           choice["message"] = message_json(m);
@@ -308,7 +328,9 @@ struct Server::Impl {
       std::shared_ptr<Job> job;
       std::shared_ptr<ChatStream> stream;  // chat
       Job::Update state;
-      size_t sent = 0;  // completions: bytes of the text sent
+      size_t sent = 0;       // completions: bytes of the text sent
+      size_t lp_sent = 0;    // log-probability records sent
+      size_t lp_offset = 0;  // completions: text_offset of the next record
       bool finished = false;
     };
     auto choices = std::make_shared<std::vector<Choice>>();
@@ -320,8 +342,9 @@ struct Server::Impl {
     const bool include_usage = g.include_usage;
     const std::string model_name = model_id;
     auto opened = std::make_shared<bool>(false);
-    auto chunk = [=](size_t index, const json& delta_or_text, const json& finish) {
-      json choice = {{"index", index}, {"finish_reason", finish}, {"logprobs", nullptr}};
+    auto chunk = [=](size_t index, const json& delta_or_text, const json& finish,
+                     const json& logprobs = nullptr) {
+      json choice = {{"index", index}, {"finish_reason", finish}, {"logprobs", logprobs}};
       if (chat) {
         choice["delta"] = delta_or_text;
       } else {
@@ -333,6 +356,16 @@ struct Server::Impl {
                   {"model", model_name},
                   {"system_fingerprint", "lacuna"},
                   {"choices", json::array({choice})}};
+    };
+    // A choice's log-probabilities not sent yet (null when none, or none were asked for).
+    const int want_logprobs = g.logprobs;
+    const Vocab vocab = model.vocab();
+    auto unsent_logprobs = [=](Choice& c) -> json {
+      if (want_logprobs < 0 || c.lp_sent >= c.state.logprobs.size()) return nullptr;
+      const auto lp = std::span<const TokenLogprob>(c.state.logprobs).subspan(c.lp_sent);
+      c.lp_sent = c.state.logprobs.size();
+      return chat ? chat_logprobs_json(vocab, lp)
+                  : completion_logprobs_json(vocab, lp, c.lp_offset);
     };
     // One wait per call for a single choice; with several, short waits in turn.
     const auto wait_for = std::chrono::milliseconds(jobs.size() == 1 ? 200 : 10);
@@ -367,10 +400,11 @@ struct Server::Impl {
               if (c.state.text.size() == before) continue;
               if (chat) {
                 for (const json& d : c.stream->feed(c.state.text, false)) {
-                  if (!write(sse(chunk(i, d, nullptr)))) return false;
+                  if (!write(sse(chunk(i, d, nullptr, unsent_logprobs(c))))) return false;
                 }
               } else if (const size_t end = utf8_complete_prefix(c.state.text); end > c.sent) {
-                if (!write(sse(chunk(i, c.state.text.substr(c.sent, end - c.sent), nullptr)))) {
+                if (!write(sse(chunk(i, c.state.text.substr(c.sent, end - c.sent), nullptr,
+                                     unsent_logprobs(c))))) {
                   return false;
                 }
                 c.sent = end;
@@ -387,19 +421,20 @@ struct Server::Impl {
             c.finished = true;
             if (chat) {
               for (const json& d : c.stream->feed(c.state.text, true)) {
-                if (!write(sse(chunk(i, d, nullptr)))) return false;
+                if (!write(sse(chunk(i, d, nullptr, unsent_logprobs(c))))) return false;
               }
               const bool has_calls = !c.stream->message().tool_calls.empty();
-              if (!write(sse(
-                      chunk(i, json::object(), finish_reason(c.state.result.stop, has_calls))))) {
+              if (!write(sse(chunk(i, json::object(), finish_reason(c.state.result.stop, has_calls),
+                                   unsent_logprobs(c))))) {
                 return false;
               }
             } else {
               if (c.state.text.size() > c.sent &&
-                  !write(sse(chunk(i, c.state.text.substr(c.sent), nullptr)))) {
+                  !write(sse(chunk(i, c.state.text.substr(c.sent), nullptr, unsent_logprobs(c))))) {
                 return false;
               }
-              if (!write(sse(chunk(i, "", finish_reason(c.state.result.stop, false))))) {
+              if (!write(sse(chunk(i, "", finish_reason(c.state.result.stop, false),
+                                   unsent_logprobs(c))))) {
                 return false;
               }
             }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <iterator>
 #include <span>
 #include <stdexcept>
 
@@ -20,10 +21,11 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 
 // ---- Job -------------------------------------------------------------------------------
 
-void Job::push_text(std::string_view text) {
+void Job::push_text(std::string_view text, std::span<const TokenLogprob> logprobs) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.append(text);
+    pending_logprobs_.insert(pending_logprobs_.end(), logprobs.begin(), logprobs.end());
   }
   cv_.notify_all();
 }
@@ -55,6 +57,9 @@ void Job::wait(Update& update, std::chrono::milliseconds timeout) {
   cv_.wait_for(lock, timeout, [&] { return ended_ || !pending_.empty(); });
   update.text += pending_;
   pending_.clear();
+  update.logprobs.insert(update.logprobs.end(), std::make_move_iterator(pending_logprobs_.begin()),
+                         std::make_move_iterator(pending_logprobs_.end()));
+  pending_logprobs_.clear();
   if (ended_) {
     update.ended = true;
     update.failed = failed_;
@@ -262,14 +267,19 @@ void Scheduler::step() {
         continue;
       }
     }
-    const Step s = a->branch.generator().last_step();
-    if (!s.text.empty()) {
-      if (!a->got_text) {
+    const Generator& g = a->branch.generator();
+    const Step s = g.last_step();
+    // The log-probabilities of this step's tokens (when asked for), sent with its text.
+    const std::span<const TokenLogprob> lp =
+        std::span<const TokenLogprob>(g.logprobs()).subspan(a->logprobs_sent);
+    a->logprobs_sent = g.logprobs().size();
+    if (!s.text.empty() || !lp.empty()) {
+      if (!a->got_text && !s.text.empty()) {
         a->got_text = true;
         a->first_text = now;
         metrics_.ttft.observe(ms_between(a->job->arrival, now) / 1000.0);
       }
-      a->job->push_text(s.text);
+      a->job->push_text(s.text, lp);
     }
     if (s.done) end(*a, true);
   }

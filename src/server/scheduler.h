@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,7 +52,8 @@ class Job {
   bool cancelled() const { return cancelled_.load(); }
 
   // Scheduler side.
-  void push_text(std::string_view text);
+  // New text, and the log-probabilities of the tokens that made it (when asked for).
+  void push_text(std::string_view text, std::span<const TokenLogprob> logprobs = {});
   void finish(const JobResult& result);
   void fail(int status, const std::string& message);
 
@@ -59,6 +61,7 @@ class Job {
   // returns true once the job has ended (then `result` or `error` is final).
   struct Update {
     std::string text;
+    std::vector<TokenLogprob> logprobs;  // appended like text (params.logprobs >= 0)
     bool ended = false;
     bool failed = false;
     int error_status = 0;
@@ -72,6 +75,7 @@ class Job {
   std::mutex mu_;
   std::condition_variable cv_;
   std::string pending_;
+  std::vector<TokenLogprob> pending_logprobs_;
   bool ended_ = false;
   bool failed_ = false;
   int error_status_ = 0;
@@ -124,8 +128,9 @@ class Scheduler {
     runtime::Branch branch;
     size_t slot = 0;
     uint64_t id = 0;
-    size_t prefilled = 0;  // prompt tokens the branch holds
-    bool running = false;  // the prompt is in, generating
+    size_t prefilled = 0;      // prompt tokens the branch holds
+    size_t logprobs_sent = 0;  // the generator's log-probability records pushed so far
+    bool running = false;      // the prompt is in, generating
     kv::KvStats kv_before;
     Clock::time_point admitted;
     Clock::time_point first_text;

@@ -315,7 +315,7 @@ await check('n = 3: three choices (seeds seed, seed + 1, seed + 2), streamed by 
   for (const ch of c.json.choices) assert.ok(['yes', 'no', 'maybe'].includes(ch.text), c.text);
 });
 
-await check('lacuna extensions: choices, regex, grammar', async () => {
+await check('lacuna extensions: choices, regex, grammar, token_trie', async () => {
   const c = await rawPost(server.url, '/v1/chat/completions', {
     messages: user('Pick one'), choices: ['red', 'green', 'blue'], temperature: 0.7, seed: 5, max_tokens: 8,
   });
@@ -331,6 +331,57 @@ await check('lacuna extensions: choices, regex, grammar', async () => {
   });
   assert.equal(g.status, 200, g.text);
   assert.ok(['yes', 'no'].includes(g.json.choices[0].text), g.text);
+  // A token trie: the answer is one of its leaves, token for token (ids from /tokenize).
+  const ids = async (text) => (await rawPost(server.url, '/tokenize', { content: text })).json.tokens;
+  const leaves = [' red', ' green light', ' blue sky today'];
+  const payload = { modelId: 'tiny', descriptors: [{ path: 'color', leaves: await Promise.all(
+    leaves.map(async (l, i) => ({ name: `leaf${i}`, tokens: await ids(l) }))) }] };
+  for (const seed of [1, 2, 3, 4]) {
+    const t = await rawPost(server.url, '/v1/completions', {
+      prompt: 'Color:', token_trie: payload, token_trie_path: 'color', temperature: 1, seed, max_tokens: 8,
+    });
+    assert.equal(t.status, 200, t.text);
+    assert.ok(leaves.includes(t.json.choices[0].text), t.text);
+  }
+});
+
+await check('logprobs: one record per token, bytes join to the answer, greedy picks the top one, streamed equal to non-streamed', async () => {
+  const body = { model: 'tiny', messages: user('Hello there'), max_tokens: 12, temperature: 0 };
+  const base = await client.chat.completions.create(body);
+  const lp = await client.chat.completions.create({ ...body, logprobs: true, top_logprobs: 3 });
+  // Every token sampled from logits (no skipping): the same greedy answer.
+  assert.equal(lp.choices[0].message.content, base.choices[0].message.content);
+  const content = lp.choices[0].logprobs.content;
+  assert.equal(content.length, lp.usage.completion_tokens);
+  const joined = Buffer.from(content.flatMap((r) => r.bytes)).toString('utf8');
+  assert.ok(joined.startsWith(lp.choices[0].message.content), joined);
+  for (const r of content) {
+    assert.ok(r.logprob <= 0 && r.top_logprobs.length === 3, JSON.stringify(r));
+    assert.equal(r.top_logprobs[0].logprob, r.logprob);  // greedy, no constraint: the best one
+    assert.ok(r.top_logprobs[0].logprob >= r.top_logprobs[1].logprob);
+  }
+  const stream = await client.chat.completions.create({ ...body, logprobs: true, top_logprobs: 3, stream: true });
+  const streamed = [];
+  for await (const chunk of stream) {
+    for (const ch of chunk.choices) if (ch.logprobs && ch.logprobs.content) streamed.push(...ch.logprobs.content);
+  }
+  assert.deepEqual(streamed, content);
+  // A schema: forced tokens too get their record (one per completion token).
+  const js = await client.chat.completions.create({
+    ...body, max_tokens: 96, logprobs: true,
+    response_format: { type: 'json_schema', json_schema: { name: 'person', schema: personSchema } },
+  });
+  assert.equal(js.choices[0].logprobs.content.length, js.usage.completion_tokens);
+  // Legacy completions: `logprobs` N gives tokens, token_logprobs, top_logprobs, text_offset.
+  const c = await rawPost(server.url, '/v1/completions', { prompt: 'Hello', max_tokens: 6, temperature: 0, logprobs: 2 });
+  assert.equal(c.status, 200, c.text);
+  const l = c.json.choices[0].logprobs;
+  assert.equal(l.tokens.length, c.json.usage.completion_tokens);
+  assert.equal(l.token_logprobs.length, l.tokens.length);
+  assert.equal(l.text_offset[0], 0);
+  assert.ok(l.top_logprobs.every((t) => Object.keys(t).length >= 1 && Object.keys(t).length <= 2));
+  errorShape(await rawPost(server.url, '/v1/chat/completions', { messages: user('x'), top_logprobs: 2 }), 400, 'top_logprobs');
+  errorShape(await rawPost(server.url, '/v1/chat/completions', { messages: user('x'), logprobs: true, top_logprobs: 21 }), 400, 'top_logprobs');
 });
 
 await check('tools: required, named and auto; every call parses and validates', async () => {
@@ -458,6 +509,10 @@ await check('bad requests: status and error shape', async () => {
   errorShape(await rawPost(server.url, '/v1/chat/completions', { messages: user('x'), n: 17 }), 400, 'n');
   errorShape(await rawPost(server.url, '/v1/chat/completions', { messages: user('x'), grammar: 'root ::= "a' }), 400, 'grammar');
   errorShape(await rawPost(server.url, '/v1/chat/completions', { messages: user('x'), regex: '(' }), 400, 'regex');
+  errorShape(await rawPost(server.url, '/v1/completions', {
+    prompt: 'x', token_trie: { modelId: 'm', descriptors: [{ path: 'p', leaves: [{ name: 'a', tokens: [99999999] }] }] },
+  }), 400, 'token_trie');
+  errorShape(await rawPost(server.url, '/v1/completions', { prompt: 'x', token_trie: 5 }), 400, 'token_trie');
   errorShape(await rawPost(server.url, '/v1/chat/completions', {
     messages: user('x'), response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'nonsense' } } },
   }), 400);
