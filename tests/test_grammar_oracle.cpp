@@ -575,6 +575,31 @@ b ::= "<" b ">"? | [a-z]{1,3})g";
   EXPECT_GT(stats.steps, grammars.size() * 4);
 }
 
+// Quiet takes: walks observed for a repetition family (24 levels or more, entered at level
+// 8 or above) and prefix walks run with strict runs, which stop wherever the context may
+// end; a frame of a broad class is then taken with quiet runs (nothing past the context's
+// end), in a prefix walk as a pending frame. Lines that may end after any character, words
+// after a separator of a deep family, a bounded string whose cover was found with strict
+// runs, each walked with masks computed on first use and at compile time.
+TEST_P(Oracle, QuietTakesMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::vector<std::string> grammars = {
+      R"g(root ::= line ("\n" line){0,2}
+line ::= [^\n]{1,30})g",
+      R"g(root ::= (word sep){0,30} word
+word ::= [^ \t\n]+
+sep ::= [ \t\n]+)g",
+      R"g(root ::= "\"" char{0,40} "\"" ("," [^,\n]{0,26}){0,3}
+char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g",
+      R"g(root ::= cell ("|" cell){0,3} "\n"
+cell ::= [^|\n]{1,28})g",
+      R"g(root ::= ([^<]{0,25} "<" [a-z]{1,3} ">"){1,2} [^<]{0,24})g"};
+  const WalkStats stats = walk_each(fx, grammars, 4, 10, 8181);
+  std::printf("[oracle] %s quiet takes: %zu steps compared\n", GetParam().c_str(), stats.steps);
+  EXPECT_GT(stats.steps, grammars.size() * 4);
+}
+
 // A context whose mask hits a limit while it is computed is checked by the matcher against
 // the stack itself, in one walk of the vocabulary trie that skips the subtrees the stack
 // refuses. With max_walk_states at 1 every context takes that path: strings, escapes,
