@@ -578,9 +578,10 @@ b ::= "<" b ">"? | [a-z]{1,3})g";
 // Quiet takes: walks observed for a repetition family (24 levels or more, entered at level
 // 8 or above) and prefix walks run with strict runs, which stop wherever the context may
 // end; a frame of a broad class is then taken with quiet runs (nothing past the context's
-// end), in a prefix walk as a pending frame. Lines that may end after any character, words
-// after a separator of a deep family, a bounded string whose cover was found with strict
-// runs, each walked with masks computed on first use and at compile time.
+// end), in a prefix walk as a pending frame, and with tolerant runs where something lies
+// past the end (the last line). Lines that may end after any character, words after a
+// separator of a deep family, a bounded string whose cover was found with strict runs, each
+// walked with masks computed on first use and at compile time.
 TEST_P(Oracle, QuietTakesMasksEqual) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
