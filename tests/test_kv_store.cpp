@@ -197,6 +197,22 @@ class KvStoreDamage : public ::testing::Test {
   std::filesystem::path file_;
 };
 
+// A session reused for a shorter prompt that diverges from what it persisted writes its new
+// tokens again (what it had written covers only the shared prefix now).
+TEST_F(KvStoreDamage, ReusedSessionPersistsItsNewTokens) {
+  auto ctx = kvtest::make_ctx(*model_, 512, 1);
+  PersistentStore store(dir_.path.string(), fp_, cfg_.block_size);
+  Session s(ctx.get(), 0, cfg_, nullptr, &store);
+  s.prefill(prompt_);
+  EXPECT_EQ(s.persist(), 0u);  // the same 120 tokens are written already (SetUp)
+  std::vector<Token> other(prompt_.begin(), prompt_.begin() + 20);
+  const auto more = kvtest::random_tokens(40, 12, llama_vocab_n_tokens(model_->vocab_ptr()));
+  other.insert(other.end(), more.begin(), more.end());
+  s.prefill(other);  // 60 tokens, 20 shared with the 120 written
+  EXPECT_GT(s.persist(), 0u);
+  EXPECT_EQ(store.n_entries(), 2u);
+}
+
 TEST_F(KvStoreDamage, IntactFileIsLoaded) {
   auto ctx = kvtest::make_ctx(*model_, 512, 1);
   PersistentStore store(dir_.path.string(), fp_, cfg_.block_size);

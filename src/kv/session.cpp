@@ -270,6 +270,9 @@ PrefillResult Session::restore(std::span<const Token> prompt) {
   const uint64_t edit_before = stats_.tokens_reused_edit;
   const uint64_t recomputed_before = stats_.tokens_recomputed;
 
+  // What the store holds of this session's tokens stays written only as far as the new
+  // prompt keeps them (a sequence reused for another prompt writes its new tokens again).
+  const size_t kept_written = std::min(persisted_tokens_, common_prefix(tokens_, prompt));
   size_t own = std::min(common_prefix(tokens_, prompt), limit);
   if (!traits_.partial_removal && own != tokens_.size()) own = 0;  // cannot drop a suffix
 
@@ -325,6 +328,7 @@ PrefillResult Session::restore(std::span<const Token> prompt) {
     }
   }
   tokens_.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(filled));
+  persisted_tokens_ = std::min(kept_written, filled);
   if (r.source == ReuseSource::disk) persisted_tokens_ = std::max(persisted_tokens_, from_disk);
   r.n_reused = reused;
   r.n_reused_positions = filled;
