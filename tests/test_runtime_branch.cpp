@@ -404,6 +404,37 @@ TEST_P(Runtime, LogprobsCoverEveryTokenAndChangeNothing) {
   EXPECT_EQ(ctx.n_live_branches(), 2u);  // the refused branch took no sequence
 }
 
+// A branch kept from one generation takes the next one's settings (set_params) and prompt
+// (set_tokens, reusing its own prefix): the same tokens as a fresh branch with those settings.
+TEST_P(Runtime, KeptBranchTakesNewParams) {
+  Context ctx(model(), params());
+  BranchParams first = greedy(12);
+  first.temp = 0.7f;
+  first.seed = 3;
+  first.logprobs = 2;
+  Branch kept = ctx.create_branch(first);
+  std::vector<Token> p1 = prompt(30, 70);
+  kept.set_tokens(p1);
+  run(kept);
+  BranchParams second = greedy(6);
+  second.temp = 0.9f;
+  second.seed = 11;
+  second.stop_strings = {"\n\n"};
+  std::vector<Token> p2(p1.begin(), p1.begin() + 20);
+  const auto more = prompt(8, 71);
+  p2.insert(p2.end(), more.begin(), more.end());
+  kept.set_params(second);
+  kept.set_tokens(p2);
+  const std::vector<Token> got = run(kept);
+  EXPECT_TRUE(kept.generator().logprobs().empty());  // off again
+  Branch fresh = ctx.create_branch(second);
+  fresh.set_tokens(p2);
+  EXPECT_EQ(run(fresh), got);
+  BranchParams bad = second;
+  bad.stop_strings = {""};
+  EXPECT_THROW(kept.set_params(bad), std::invalid_argument);
+}
+
 // produce + batched commit gives the tokens step gives.
 TEST_P(Runtime, ProduceCommitMatchesStep) {
   Context ctx(model(), params());

@@ -331,8 +331,11 @@ class Generator {
   // Log-probabilities of the emitted tokens (-1: off, the default), each with the top_n
   // (at most 20) most likely tokens of its position. Every token is then sampled from logits:
   // no forced-token skipping, forced strings or drafts for this generator, and no backend
-  // sampling (the logits must reach the host). std::invalid_argument for top_n > 20.
+  // sampling (the logits must reach the host); turning it off again restores skipping.
+  // std::invalid_argument for top_n > 20.
   void set_logprobs(int top_n);
+  // The token budget of the current and later generations (0: none).
+  void set_max_tokens(size_t max_tokens) { config_.max_tokens = max_tokens; }
   // The records of the current generation, one per emitted token, in order.
   const std::vector<TokenLogprob>& logprobs() const { return logprobs_; }
   // Whether this generator's sampler chain runs inside llama.cpp's graph now.
@@ -463,6 +466,7 @@ class Generator {
   bool prefilled_ = false;
   bool cost_measured_ = false;  // DecodeOptions::measure_cost done for this generator
   int logprobs_top_ = -1;
+  DecodeOptions decode_before_logprobs_{};  // what set_logprobs(-1) restores
   std::vector<TokenLogprob> logprobs_;
   bool track_surprisal_ = false;
   double surprisal_sum_ = 0;

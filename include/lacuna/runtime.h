@@ -138,6 +138,11 @@ class Branch {
                           float min_p = 0.05f);
   void set_logit_bias(std::vector<llama_logit_bias> bias);
   void set_stop_strings(std::vector<std::string> stop_strings);  // none may be empty
+  // Every setting of `params` at once (sampling, logit bias, stop strings, token budget,
+  // perplexity, log-probabilities, Blink KV), for the next tokens: a branch kept between
+  // requests takes the next request's settings. std::invalid_argument (nothing changed) for
+  // an empty stop string or logprobs above 20.
+  void set_params(const BranchParams& params);
   void reseed(uint32_t seed);
 
   // ---- metrics (from the branch's logits at the current position, not copied out) -------

@@ -230,6 +230,24 @@ void Branch::set_stop_strings(std::vector<std::string> stop_strings) {
   st.params.stop_strings = std::move(stop_strings);
 }
 
+void Branch::set_params(const BranchParams& params) {
+  BranchState& st = state();
+  for (const std::string& s : params.stop_strings) {
+    if (s.empty()) throw std::invalid_argument("Branch::set_params: an empty stop string");
+  }
+  if (params.logprobs > 20) {
+    throw std::invalid_argument("Branch::set_params: logprobs above 20");
+  }
+  Generator& g = *st.decoder;
+  g.set_sampling(params.temp, params.seed, params.top_k, params.top_p, params.min_p);
+  g.set_logit_bias(params.logit_bias);
+  g.set_stop_strings(params.stop_strings);
+  g.set_max_tokens(params.max_tokens);
+  g.set_track_surprisal(params.track_perplexity);
+  g.set_logprobs(params.logprobs);
+  st.params = params;
+}
+
 void Branch::reseed(uint32_t seed) {
   BranchState& st = state();
   st.decoder->reseed(seed);

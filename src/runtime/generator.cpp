@@ -122,8 +122,17 @@ void Generator::set_track_surprisal(bool on) {
 
 void Generator::set_logprobs(int top_n) {
   if (top_n > 20) throw std::invalid_argument("Generator::set_logprobs: at most 20 top tokens");
+  const int before = logprobs_top_;
   logprobs_top_ = top_n < 0 ? -1 : top_n;
-  if (logprobs_top_ < 0) return;
+  if (logprobs_top_ < 0) {
+    if (before >= 0) {
+      config_.decode.skip_forced = decode_before_logprobs_.skip_forced;
+      config_.decode.verify_strings = decode_before_logprobs_.verify_strings;
+      config_.decode.jump_forward = decode_before_logprobs_.jump_forward;
+    }
+    return;
+  }
+  if (before < 0) decode_before_logprobs_ = config_.decode;
   // Every token from logits: a skipped or drafted token has none of its own.
   config_.decode.skip_forced = false;
   config_.decode.verify_strings = false;
@@ -261,6 +270,7 @@ Generator::Generator(const Generator& o, llama_seq_id seq)
       prefilled_(o.prefilled_),
       cost_measured_(o.cost_measured_),
       logprobs_top_(o.logprobs_top_),
+      decode_before_logprobs_(o.decode_before_logprobs_),
       logprobs_(o.logprobs_),
       track_surprisal_(o.track_surprisal_),
       surprisal_sum_(o.surprisal_sum_),

@@ -165,6 +165,7 @@ void parse_common(const json& j, GenRequest& r, bool chat) {
   (void)get_number(j, "frequency_penalty", 0.0, -2.0, 2.0);  // accepted, not applied
   (void)get_number(j, "presence_penalty", 0.0, -2.0, 2.0);
 
+  r.cache_prompt = get_bool(j, "cache_prompt", true);
   r.grammar = get_string(j, "grammar");
   r.regex = get_string(j, "regex");
   r.choices = get_string_list(j, "choices", /*allow_single=*/false, 100000);

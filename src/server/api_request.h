@@ -55,6 +55,9 @@ struct GenRequest {
   std::vector<std::string> stop;
   // Log-probabilities of the answer's tokens with this many alternatives each (-1: none).
   int logprobs = -1;
+  // false: the request neither takes over a slot's kept branch nor leaves its own kept
+  // (llama-server's field; the block prefix cache still serves it).
+  bool cache_prompt = true;
   // lacuna extensions: one constraint source at most (besides tools / response_format).
   std::string grammar;  // GBNF
   std::string regex;

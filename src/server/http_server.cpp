@@ -209,6 +209,7 @@ struct Server::Impl {
         std::min<int64_t>(want, static_cast<int64_t>(n_ctx - job->prompt.size())));
     bp.stop_strings = std::move(stops);
     bp.logprobs = g.logprobs;
+    job->keep = g.cache_prompt;
     job->constraint = std::move(constraint);
     p.job = std::move(job);
     return p;
@@ -237,6 +238,7 @@ struct Server::Impl {
       job->prompt = first->prompt;
       job->params = first->params;
       job->params.seed = first->params.seed + static_cast<uint32_t>(i);
+      job->keep = first->keep;
       if (first->constraint) job->constraint = first->constraint->fork();
       job->arrival = first->arrival;
       jobs.push_back(std::move(job));

@@ -79,6 +79,7 @@ Scheduler::Scheduler(runtime::Context& ctx, SchedulerOptions options, Metrics& m
   }
   if (options_.prefill_chunk == 0) options_.prefill_chunk = ctx_.params().n_batch;
   slot_busy_.assign(options_.parallel, false);
+  kept_.resize(options_.parallel);
   slots_.resize(options_.parallel);
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].id = i;
   metrics_.kv_cells_total = ctx_.n_ctx();
@@ -178,10 +179,20 @@ void Scheduler::admit() {
     a.id = next_id_++;
     a.admitted = Clock::now();
     metrics_.queue_wait.observe(ms_between(job->arrival, a.admitted) / 1000.0);
-    const auto free_slot = std::find(slot_busy_.begin(), slot_busy_.end(), false);
-    a.slot = static_cast<size_t>(free_slot - slot_busy_.begin());
+    size_t shared = 0;
+    a.slot = choose_slot(*job, &shared);
+    Kept& kept = kept_[a.slot];
     try {
-      a.branch = ctx_.create_branch(job->params);
+      if (kept.branch.valid() && shared > 0) {
+        // The kept branch takes this request: its settings now, its tokens at prefill.
+        a.branch = kept.branch;
+        kept.branch = runtime::Branch();
+        a.branch.set_params(job->params);
+      } else {
+        if (kept.branch.valid()) kept.branch.prune();
+        kept.branch = runtime::Branch();
+        a.branch = ctx_.create_branch(job->params);
+      }
       a.branch.set_constraint(std::move(job->constraint));
     } catch (const std::exception& e) {
       if (a.branch.valid()) a.branch.prune();
@@ -189,8 +200,60 @@ void Scheduler::admit() {
       continue;
     }
     a.kv_before = a.branch.kv_stats();
-    *free_slot = true;
+    slot_busy_[a.slot] = true;
     active_.push_back(std::move(a));
+  }
+}
+
+size_t Scheduler::choose_slot(const Job& job, size_t* shared) {
+  const std::vector<Token>& prompt = job.prompt;
+  size_t best = slot_busy_.size();
+  size_t best_shared = 0;
+  size_t empty = slot_busy_.size();
+  size_t oldest = slot_busy_.size();
+  for (size_t i = 0; i < slot_busy_.size(); ++i) {
+    if (slot_busy_[i]) continue;
+    const Kept& k = kept_[i];
+    if (!k.branch.valid()) {
+      if (empty == slot_busy_.size()) empty = i;
+      continue;
+    }
+    if (oldest == slot_busy_.size() || k.tick < kept_[oldest].tick) oldest = i;
+    if (!job.keep) continue;
+    const std::span<const Token> have = k.branch.tokens();
+    // The prompt's last token is decoded again for its logits: at most size - 1 shared.
+    const size_t limit = std::min(have.size(), prompt.empty() ? 0 : prompt.size() - 1);
+    size_t n = 0;
+    while (n < limit && have[n] == prompt[n]) ++n;
+    if (n > best_shared) {
+      best_shared = n;
+      best = i;
+    }
+  }
+  *shared = best_shared;
+  if (best_shared > 0) return best;
+  return empty != slot_busy_.size() ? empty : oldest;
+}
+
+void Scheduler::drop_kept(bool all) {
+  for (;;) {
+    size_t oldest = kept_.size();
+    for (size_t i = 0; i < kept_.size(); ++i) {
+      if (kept_[i].branch.valid() &&
+          (oldest == kept_.size() || kept_[i].tick < kept_[oldest].tick)) {
+        oldest = i;
+      }
+    }
+    if (oldest == kept_.size()) return;
+    if (!all) {
+      const runtime::KvPressure k = ctx_.store().kv_pressure();
+      if (static_cast<double>(k.remaining) >= options_.retain_headroom * k.n_ctx) return;
+    }
+    try {
+      kept_[oldest].branch.prune();
+    } catch (const std::exception&) {
+    }
+    kept_[oldest].branch = runtime::Branch();
   }
 }
 
@@ -217,8 +280,15 @@ void Scheduler::prefill_chunk() {
         // each decode the tail of their last block again (measured: 1,664 of 2,020 cached
         // tokens reused in 512-token chunks).
         size_t base = a.prefilled;
-        if (base == 0 && ctx_.prefix_cache() != nullptr && prompt.size() > 1) {
-          base = ctx_.prefix_cache()->lookup(prompt, prompt.size() - 1).n_tokens;
+        if (base == 0 && prompt.size() > 1) {
+          // What the branch holds itself (a kept branch) or the prefix cache, whichever is
+          // longer.
+          const std::span<const Token> have = a.branch.tokens();
+          const size_t limit = std::min(have.size(), prompt.size() - 1);
+          while (base < limit && have[base] == prompt[base]) ++base;
+          if (ctx_.prefix_cache() != nullptr) {
+            base = std::max(base, ctx_.prefix_cache()->lookup(prompt, prompt.size() - 1).n_tokens);
+          }
         }
         const size_t target = std::min(prompt.size(), base + budget);
         const uint64_t before = a.branch.kv_stats().tokens_recomputed;
@@ -231,6 +301,13 @@ void Scheduler::prefill_chunk() {
       end(a, false, 400, e.what());
       continue;
     } catch (const std::exception& e) {
+      // Kept branches give their cells back first; the next iteration tries again.
+      bool kept_any = false;
+      for (const Kept& k : kept_) kept_any = kept_any || k.branch.valid();
+      if (kept_any) {
+        drop_kept(/*all=*/true);
+        break;
+      }
       end(a, false, 503, std::string("the prompt does not fit now: ") + e.what());
       continue;
     }
@@ -255,6 +332,20 @@ void Scheduler::step() {
     ++metrics_.steps;
   } catch (const std::exception&) {
     batched = false;
+  }
+  if (!batched) {
+    // Kept branches give their cells back, then the batch again, once.
+    bool kept_any = false;
+    for (const Kept& k : kept_) kept_any = kept_any || k.branch.valid();
+    if (kept_any) {
+      drop_kept(/*all=*/true);
+      try {
+        ctx_.store().step(branches);
+        ++metrics_.steps;
+        batched = true;
+      } catch (const std::exception&) {
+      }
+    }
   }
   const Clock::time_point now = Clock::now();
   for (Active* a : owners) {
@@ -327,12 +418,18 @@ void Scheduler::end(Active& a, bool ok, int status, const std::string& error) {
   } else {
     a.job->fail(status, error);
   }
-  try {
-    if (a.branch.valid()) a.branch.prune();
-  } catch (const std::exception&) {
+  if (ok && options_.retain && a.job->keep && a.branch.valid()) {
+    // Kept for the next request that shares a prefix with it (choose_slot).
+    kept_[a.slot] = Kept{a.branch, ++tick_};
+  } else {
+    try {
+      if (a.branch.valid()) a.branch.prune();
+    } catch (const std::exception&) {
+    }
   }
   slot_busy_[a.slot] = false;
   a.job.reset();
+  drop_kept(/*all=*/false);
 }
 
 void Scheduler::publish_slots() {

@@ -45,6 +45,7 @@ class Job {
   std::vector<Token> prompt;
   runtime::BranchParams params;
   std::unique_ptr<Constraint> constraint;
+  bool keep = true;  // may take over a kept branch, and be kept (SchedulerOptions::retain)
   Clock::time_point arrival = Clock::now();
 
   // Either thread: the client is gone or the server stops. Seen at the next step.
@@ -90,6 +91,13 @@ struct SchedulerOptions {
   // With a persistent store: a finished request whose prompt has at least this many tokens,
   // not all read from disk, writes its KV there (a restart then reuses it). 0: never.
   size_t persist_min_prompt = 256;
+  // A finished request's branch (prompt and answer, token for token) stays in its slot until
+  // the slot is needed: the next request sharing a prefix with it (an agent's next turn, the
+  // same system prompt) takes it over and decodes only what differs, below the prefix
+  // cache's block granularity and including the answer. Kept only while the context has
+  // more than `retain_headroom` of its cells free.
+  bool retain = true;
+  double retain_headroom = 0.25;
 };
 
 // What a slot is doing (GET /slots).
@@ -143,6 +151,12 @@ class Scheduler {
   void step();
   void end(Active& a, bool ok, int status = 0, const std::string& error = {});
   void publish_slots();
+  // The slot for a new job: free, and of those the one whose kept branch shares the longest
+  // prefix with the prompt (then one without a kept branch, then the least recently kept).
+  size_t choose_slot(const Job& job, size_t* shared);
+  // Prunes kept branches, least recently kept first, until the context has the headroom
+  // (all of them when `all`).
+  void drop_kept(bool all);
 
   runtime::Context& ctx_;
   SchedulerOptions options_;
@@ -157,6 +171,12 @@ class Scheduler {
   // Scheduler thread only.
   std::vector<Active> active_;
   std::vector<bool> slot_busy_;
+  struct Kept {
+    runtime::Branch branch;  // invalid: none
+    uint64_t tick = 0;       // when it was kept
+  };
+  std::vector<Kept> kept_;  // per slot
+  uint64_t tick_ = 0;
   uint64_t next_id_ = 1;
   std::thread thread_;
 };
