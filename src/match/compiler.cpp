@@ -1484,15 +1484,32 @@ struct Classifier {
     if (states.takes_high(set0)) classify_node(trie[0], set0, false, 0, false);
     const CharSet& top = g.charsets[g.elems[pool.pos(chain)].arg];
     setup_cover(set0);
+    // A leaf child of the root in C0 holds tokens of one code point, which the cover holds
+    // already unless one has a partial UTF-8 tail: nothing to walk (qwen2 and gemma-4 have
+    // 10,000-20,000 such leaves, CJK characters and symbols, a walk step each). Its set
+    // (the cover's) is noted once for an observed walk.
+    if (cover_bits != nullptr && obs_base != kNoObserve) note_low(set_low(cover_set));
+    const auto& tt = tokens.trie_tokens();
+    auto walk_child = [&](uint32_t j) {
+      const auto& node = trie[j];
+      if (cover_bits != nullptr && node.end == j + 1 && in_class(cover_first, node.cp)) {
+        bool partial = false;
+        for (uint32_t k = node.tok_begin; k < node.tok_end && !partial; ++k) {
+          partial = tt[k].partial.n_remain != 0;
+        }
+        if (!partial) return;
+      }
+      walk_subtree(j, set0);
+    };
     const auto& kids = tokens.root_children();
     if (!top.any && !top.negated) {
       for (const auto& r : top.ranges) {
         auto it = std::lower_bound(kids.begin(), kids.end(), r.lo,
                                    [&](uint32_t idx, uint32_t v) { return trie[idx].cp < v; });
-        for (; it != kids.end() && trie[*it].cp <= r.hi && !over_cap; ++it) walk_subtree(*it, set0);
+        for (; it != kids.end() && trie[*it].cp <= r.hi && !over_cap; ++it) walk_child(*it);
       }
     } else {
-      for (size_t k = 0; k < kids.size() && !over_cap; ++k) walk_subtree(kids[k], set0);
+      for (size_t k = 0; k < kids.size() && !over_cap; ++k) walk_child(kids[k]);
     }
   }
 };
