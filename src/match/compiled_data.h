@@ -230,6 +230,9 @@ struct SharedMasks {
   // Every text token with its number of full code points, longest first (see
   // tokens_by_length() in compiler.cpp): what a bounded run leaves out. Built on first use.
   std::vector<std::pair<uint32_t, Token>> tokens_by_length;  // guarded by mu
+  // [n]: a bitmask of the text tokens of at most n full code points (null: not built yet),
+  // for the bounded covers of short runs. Built on first use.
+  std::vector<std::unique_ptr<const std::vector<uint32_t>>> tokens_up_to;  // guarded by mu
 };
 
 // Computes context masks: the vocabulary-trie walk (compiler.cpp). Not thread-safe.

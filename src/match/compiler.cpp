@@ -922,14 +922,24 @@ struct Classifier {
   }
 
   // A bounded cover: the class tokens less those of more than max_len code points, in
-  // bounded_cover_ (cover_bits then points there). False when too many tokens are longer.
+  // bounded_cover_ (cover_bits then points there). False when the shared cache is full.
+  // Where many tokens are longer (a short run: the last characters of a `[^\n]{1,40}`
+  // line), the class tokens ANDed with the tokens of at most max_len code points: before,
+  // such a context got no cover and took 100,000 tokens one by one (0.5-1 ms a mask).
   bool drop_longer(uint32_t max_len) {
     const auto& by_len = tokens_by_length();
     const auto first_short = std::lower_bound(
         by_len.begin(), by_len.end(), max_len,
         [](const std::pair<uint32_t, Token>& e, uint32_t n) { return e.first > n; });
     const size_t longer = static_cast<size_t>(first_short - by_len.begin());
-    if (longer * 16 > tokens.n_vocab()) return false;
+    if (longer * 16 > tokens.n_vocab()) {
+      const std::vector<uint32_t>* up_to = tokens_up_to(max_len, first_short);
+      if (up_to == nullptr) return false;
+      bounded_cover_ = *cover_bits;
+      for (size_t w = 0; w < bounded_cover_.size(); ++w) bounded_cover_[w] &= (*up_to)[w];
+      cover_bits = &bounded_cover_;
+      return true;
+    }
     bounded_cover_ = *cover_bits;
     for (auto it = by_len.begin(); it != first_short; ++it) {
       const auto t = static_cast<uint32_t>(it->second);
@@ -939,7 +949,29 @@ struct Classifier {
     return true;
   }
   std::vector<uint32_t> bounded_cover_{};
-  static constexpr uint32_t kMinBoundedCover = 8;
+  static constexpr uint32_t kMinBoundedCover = 1;
+
+  // The tokens of at most n full code points as a bitmask (SharedMasks::tokens_up_to),
+  // shared by every grammar of the token index; `first_short` is their first entry in
+  // tokens_by_length(). Null when the shared cache is full.
+  const std::vector<uint32_t>* tokens_up_to(
+      uint32_t n, std::vector<std::pair<uint32_t, Token>>::const_iterator first_short) {
+    const auto end = tokens_by_length().end();  // (locks shared.mu on first use)
+    detail::SharedMasks& shared = tokens.shared_masks();
+    std::lock_guard<std::mutex> lock(shared.mu);
+    if (shared.tokens_up_to.size() <= n) shared.tokens_up_to.resize(n + 1);
+    if (!shared.tokens_up_to[n]) {
+      const size_t words = bitmask_words(tokens.n_vocab());
+      if (shared.bytes + words * 4 > detail::SharedMasks::kMaxBytes) return nullptr;
+      auto bits = std::make_unique<std::vector<uint32_t>>(words, 0);
+      for (auto it = first_short; it != end; ++it) {
+        bitmask_set(bits->data(), it->second);
+      }
+      shared.bytes += words * 4;
+      shared.tokens_up_to[n] = std::move(bits);
+    }
+    return shared.tokens_up_to[n].get();
+  }
 
   // Text tokens with their number of full code points, longest first
   // (SharedMasks::tokens_by_length), shared by every grammar of the token index.
