@@ -745,7 +745,7 @@ struct Classifier {
     if (sc.non_ascii && !r.non_ascii) return false;
     if (tolerant_ && !past_end_dies(r)) return false;
     take_in_run(tokens.trie()[j].tok_end, tok_begin_of(tokens.trie()[j].end), set, depth, accepted,
-                pending ? &uncertain : nullptr, !tolerant_ && covered(j, set, depth, pending));
+                pending ? &uncertain : nullptr, covered(j, set, depth, pending));
     return true;
   }
 
@@ -871,15 +871,42 @@ struct Classifier {
     return cp < 128 ? ((k.ascii[cp >> 6] >> (cp & 63)) & 1u) != 0 : k.non_ascii;
   }
   // Whether the tokens a run takes below node j, at `depth` in `set`, are all in the cover
-  // but for partial tails: j is a child of the root in C0, and `set` the loop on C1.
-  bool covered(uint32_t j, uint32_t set, uint32_t depth, bool pending) const {
-    return cover_bits != nullptr && depth == 1 && !pending && set == cover_set &&
-           states.mode() == cover_mode_ && in_class(cover_first, tokens.trie()[j].cp);
+  // but for partial tails: j is a child of the root in C0, and `set` the loop on C1. With
+  // runs of another mode than the cover's (a quiet or tolerant take), when the run of `set`
+  // keeps within C1 and the cover's length.
+  bool covered(uint32_t j, uint32_t set, uint32_t depth, bool pending) {
+    if (cover_bits == nullptr || depth != 1 || pending || set != cover_set ||
+        !in_class(cover_first, tokens.trie()[j].cp)) {
+      return false;
+    }
+    if (states.mode() == cover_mode_) return true;
+    const WalkStates::Run r = states.run(set);
+    if ((r.ascii[0] & ~cover_class_.ascii[0]) != 0 || (r.ascii[1] & ~cover_class_.ascii[1]) != 0 ||
+        (r.non_ascii && !cover_class_.non_ascii)) {
+      return false;
+    }
+    return cover_len_ == WalkStates::kUnbounded ||
+           (r.depth != WalkStates::kUnbounded && r.depth + 1 <= cover_len_);
   }
+  detail::SharedMasks::ClassKey cover_class_{};  // C1
+  uint32_t cover_len_ = 0;                       // at most this many code points (or kUnbounded)
 
   // The runs the cover was found with: a take in another mode (quiet_take) has other runs.
   WalkStates::Mode cover_mode_ = WalkStates::kStrict;
+  // In a strict walk where that finds none, the cover is looked for with tolerant runs
+  // (a context that may end after each code point: a last line, a word before a comma):
+  // their strings are consumed inside the context all the same.
   void setup_cover(uint32_t set0) {
+    setup_cover_in_mode(set0);
+    if (cover_bits != nullptr || states.mode() != WalkStates::kStrict) return;
+    struct Scope {
+      WalkStates& s;
+      explicit Scope(WalkStates& x) : s(x) { s.set_mode(WalkStates::kTolerant); }
+      ~Scope() { s.set_mode(WalkStates::kStrict); }
+    } scope(states);
+    setup_cover_in_mode(set0);
+  }
+  void setup_cover_in_mode(uint32_t set0) {
     cover_bits = nullptr;
     cover_mode_ = states.mode();
     if (printable_count(states.first(set0).ascii) < kMinExitClassPrintable) return;
@@ -913,6 +940,8 @@ struct Classifier {
     }
     cover_set = r0.next;
     cover_first = class_key(r0);
+    cover_class_ = class_key(r1);
+    cover_len_ = bounded ? r0.depth : WalkStates::kUnbounded;
     cover_clear.clear();
     const auto& trie = tokens.trie();
     for (uint32_t j : tokens.root_children()) {
@@ -1192,7 +1221,7 @@ struct Classifier {
     std::vector<Token>& out = past_end ? uncertain : accepted;
     std::vector<Token>* rest = !past_end && c.pending ? &uncertain : nullptr;
     // A bounded cover holds the tokens between the stops too: they are no longer than its run.
-    const bool cov = !tolerant_ && !past_end && covered(j, set, c.depth, c.pending);
+    const bool cov = !past_end && covered(j, set, c.depth, c.pending);
     region_exits_.clear();
     // Nodes [lo, hi) under a node inside the class: the tokens up to each exit or cut, then
     // past its subtree.
