@@ -49,6 +49,15 @@ std::vector<chat::Tool> tools(int n) {
   return chat::tools_from_json(arr.dump());
 }
 
+// A tool "lookup" with these properties, "code" required.
+json lookup_tool(const json& properties) {
+  return {
+      {"type", "function"},
+      {"function",
+       {{"name", "lookup"},
+        {"parameters", {{"type", "object"}, {"properties", properties}, {"required", {"code"}}}}}}};
+}
+
 // An independent check of the arguments against tool_json(i)'s schema.
 void expect_valid_call(const chat::ToolCall& call, int n_tools) {
   int idx = -1;
@@ -129,6 +138,32 @@ std::string generate(Loaded& L, const chat::Prompt& p, float temp, uint32_t seed
   return gen.text();
 }
 
+// `n` sampled answers (seeds first_seed, first_seed + 1, ...): each ends, parses and is one
+// call; its arguments (a JSON object) are returned for the caller's schema checks.
+std::vector<json> sampled_call_args(Loaded& L, const chat::Prompt& p, uint32_t first_seed, int n,
+                                    int max_tokens) {
+  std::vector<json> out;
+  for (int i = 0; i < n; ++i) {
+    bool complete = false;
+    const std::string text =
+        generate(L, p, 1.0f, first_seed + static_cast<uint32_t>(i), &complete, max_tokens);
+    EXPECT_TRUE(complete) << text;
+    chat::Message m;
+    try {
+      m = chat::parse(p, text, false);
+    } catch (const chat::ChatError& e) {
+      ADD_FAILURE() << e.what() << "\n" << text;
+      continue;
+    }
+    EXPECT_EQ(m.tool_calls.size(), 1u) << text;
+    if (m.tool_calls.size() != 1) continue;
+    const json args = json::parse(m.tool_calls[0].arguments, nullptr, false);
+    EXPECT_TRUE(args.is_object()) << m.tool_calls[0].arguments;
+    if (args.is_object()) out.push_back(args);
+  }
+  return out;
+}
+
 void run_calls(const std::string& preset) {
   Loaded L = load(preset);
   for (int n_tools : {1, 3, 10}) {
@@ -188,23 +223,16 @@ TEST(ChatTools, Gemma4FormatAlwaysGivesValidCalls) {
 // validates.
 TEST(ChatTools, Gemma4ArgumentsFollowTheirSchema) {
   Loaded L = load("tiny-gemma4");
-  const json tool = {
-      {"type", "function"},
-      {"function",
-       {{"name", "lookup"},
-        {"parameters",
-         {{"type", "object"},
-          {"properties",
-           {{"code", {{"type", "string"}, {"pattern", "^[A-Z]{3}$"}}},
-            {"count", {{"type", "integer"}, {"minimum", 1}, {"maximum", 99}}},
-            {"kind", {{"enum", {"a<b", "c"}}}},
-            {"note", {{"type", "string"}, {"maxLength", 8}}},
-            {"tags", {{"type", "array"}, {"items", {{"type", "string"}}}, {"maxItems", 2}}},
-            {"where",
-             {{"type", "object"},
-              {"properties", {{"lat", {{"type", "number"}}}, {"ok", {{"type", "boolean"}}}}},
-              {"required", {"lat"}}}}}},
-          {"required", {"code"}}}}}}};
+  const json tool =
+      lookup_tool({{"code", {{"type", "string"}, {"pattern", "^[A-Z]{3}$"}}},
+                   {"count", {{"type", "integer"}, {"minimum", 1}, {"maximum", 99}}},
+                   {"kind", {{"enum", {"a<b", "c"}}}},
+                   {"note", {{"type", "string"}, {"maxLength", 8}}},
+                   {"tags", {{"type", "array"}, {"items", {{"type", "string"}}}, {"maxItems", 2}}},
+                   {"where",
+                    {{"type", "object"},
+                     {"properties", {{"lat", {{"type", "number"}}}, {"ok", {{"type", "boolean"}}}}},
+                     {"required", {"lat"}}}}});
   chat::Request r = request(1, "required", false);
   r.tools = chat::tools_from_json(json::array({tool}).dump());
   r.enable_thinking = false;
@@ -237,16 +265,8 @@ TEST(ChatTools, Gemma4ArgumentsFollowTheirSchema) {
   EXPECT_FALSE(accepts("{code:" + q + "ABC" + q + ",extra:1}"));          // undeclared
   EXPECT_FALSE(accepts("{code:" + q + "ABC" + q + ",code:" + q + "ABC" + q + "}"));  // repeat
 
-  for (uint32_t seed = 0; seed < 4; ++seed) {
-    bool complete = false;
-    const std::string out = generate(L, p, 1.0f, 60u + seed, &complete, 320);
-    ASSERT_TRUE(complete) << out;
-    chat::Message m;
-    ASSERT_NO_THROW(m = chat::parse(p, out, false)) << out;
-    ASSERT_EQ(m.tool_calls.size(), 1u) << out;
-    const json args = json::parse(m.tool_calls[0].arguments, nullptr, false);
-    ASSERT_TRUE(args.is_object()) << m.tool_calls[0].arguments;
-    ASSERT_TRUE(args.contains("code")) << out;
+  for (const json& args : sampled_call_args(L, p, 60u, 4, 320)) {
+    ASSERT_TRUE(args.contains("code")) << args.dump();
     EXPECT_TRUE(std::regex_match(args["code"].get<std::string>(), std::regex("[A-Z]{3}")));
     if (args.contains("count")) {
       EXPECT_TRUE(args["count"].is_number_integer());
@@ -376,17 +396,11 @@ TEST(ChatTools, VerifiedTemplatesAlwaysGiveValidCalls) {
 // once.
 TEST(ChatTools, XmlValuesFollowTheirStringSchema) {
   Loaded L = load("tiny-qwen2");
-  const json tool = {{"type", "function"},
-                     {"function",
-                      {{"name", "lookup"},
-                       {"parameters",
-                        {{"type", "object"},
-                         {"properties",
-                          {{"code", {{"type", "string"}, {"pattern", "^[A-Z]{3}$"}}},
-                           {"note", {{"type", "string"}, {"maxLength", 40}}},
-                           {"kind", {{"enum", {"a<b", "c"}}}},
-                           {"count", {{"type", "integer"}, {"minimum", 1}, {"maximum", 99}}}}},
-                         {"required", {"code"}}}}}}};
+  const json tool =
+      lookup_tool({{"code", {{"type", "string"}, {"pattern", "^[A-Z]{3}$"}}},
+                   {"note", {{"type", "string"}, {"maxLength", 40}}},
+                   {"kind", {{"enum", {"a<b", "c"}}}},
+                   {"count", {{"type", "integer"}, {"minimum", 1}, {"maximum", 99}}}});
   chat::Request r = request(1, "required", false);
   r.tools = chat::tools_from_json(json::array({tool}).dump());
   r.enable_thinking = false;
@@ -452,16 +466,9 @@ TEST(ChatTools, XmlValuesFollowTheirStringSchema) {
     EXPECT_FALSE(accepts(after_code + note + note));
 
     // Sampled answers parse, and their values obey the schema.
-    for (uint32_t seed = 0; seed < 2; ++seed) {
-      bool complete = false;
-      // DSML's tags take some 25 tokens a parameter: a longer budget than the others need.
-      const std::string out = generate(L, p, 1.0f, 40u + seed, &complete, 320);
-      ASSERT_TRUE(complete) << out;
-      chat::Message m;
-      ASSERT_NO_THROW(m = chat::parse(p, out, false)) << out;
-      ASSERT_EQ(m.tool_calls.size(), 1u) << out;
-      const json args = json::parse(m.tool_calls[0].arguments);
-      ASSERT_TRUE(args.contains("code")) << out;
+    // DSML's tags take some 25 tokens a parameter: a longer budget than the others need.
+    for (const json& args : sampled_call_args(L, p, 40u, 2, 320)) {
+      ASSERT_TRUE(args.contains("code")) << args.dump();
       EXPECT_TRUE(std::regex_match(args["code"].get<std::string>(), std::regex("[A-Z]{3}")))
           << args.dump();
       if (args.contains("note")) {

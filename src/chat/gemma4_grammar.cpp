@@ -319,20 +319,7 @@ class Gemma4Values {
     const std::string path = r.get<std::string>();
     auto done = refs_.find(path);
     if (done != refs_.end()) return done->second;
-    const json* target = nullptr;
-    if (path == "#") {
-      target = &root_;
-    } else {
-      for (const char* defs : {"#/$defs/", "#/definitions/"}) {
-        const std::string prefix = defs;
-        if (path.rfind(prefix, 0) != 0) continue;
-        const std::string key = prefix.substr(2, prefix.size() - 3);
-        const std::string name = path.substr(prefix.size());
-        if (root_.contains(key) && root_[key].is_object() && root_[key].contains(name)) {
-          target = &root_[key][name];
-        }
-      }
-    }
+    const json* target = resolve_local_ref(root_, r);
     if (target == nullptr) throw Unmapped{};
     const std::string name = rules_.reserve("g-ref");
     refs_.emplace(path, name);

@@ -219,20 +219,7 @@ class RawStrings {
     return true;
   }
 
-  const json* resolve(const json& ref) const {
-    if (!ref.is_string()) return nullptr;
-    const std::string r = ref.get<std::string>();
-    for (const char* defs : {"#/$defs/", "#/definitions/"}) {
-      const std::string prefix = defs;
-      if (r.rfind(prefix, 0) != 0) continue;
-      const std::string key = prefix.substr(2, prefix.size() - 3);
-      const std::string name = r.substr(prefix.size());
-      if (root_.contains(key) && root_[key].is_object() && root_[key].contains(name)) {
-        return &root_[key][name];
-      }
-    }
-    return nullptr;
-  }
+  const json* resolve(const json& ref) const { return resolve_local_ref(root_, ref); }
 
   const json& root_;
   std::vector<std::string> forbidden_;        // as search patterns
@@ -243,6 +230,22 @@ class RawStrings {
 };
 
 }  // namespace
+
+const json* resolve_local_ref(const json& root, const json& ref) {
+  if (!ref.is_string()) return nullptr;
+  const std::string r = ref.get<std::string>();
+  if (r == "#") return &root;
+  for (const char* defs : {"#/$defs/", "#/definitions/"}) {
+    const std::string prefix = defs;
+    if (r.rfind(prefix, 0) != 0) continue;
+    const std::string key = prefix.substr(2, prefix.size() - 3);
+    const std::string name = r.substr(prefix.size());
+    if (root.contains(key) && root[key].is_object() && root[key].contains(name)) {
+      return &root[key][name];
+    }
+  }
+  return nullptr;
+}
 
 std::optional<std::string> raw_string_gbnf(const std::string& schema_json,
                                            const std::string& closer) {

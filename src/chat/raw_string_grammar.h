@@ -3,6 +3,7 @@
 // `<parameter=city>\nParis\n</parameter>\n`, GLM's `<arg_value>Paris</arg_value>`).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -18,5 +19,9 @@ namespace lacuna::chat::detail {
 // the caller then keeps the format's own rule (any text without the closer).
 std::optional<std::string> raw_string_gbnf(const std::string& schema_json,
                                            const std::string& closer);
+
+// The schema a local `$ref` names in `root` ("#", "#/$defs/NAME", "#/definitions/NAME"), or
+// nullptr (another kind of reference, or a name that is not there).
+const nlohmann::json* resolve_local_ref(const nlohmann::json& root, const nlohmann::json& ref);
 
 }  // namespace lacuna::chat::detail
