@@ -45,7 +45,8 @@ struct Sample {
   bool structured = false;  // the request asked for a schema or a tool call
   bool valid = false;
   std::string finish_reason;
-  json message;  // the assembled assistant message
+  std::string error;  // why there was no answer: httplib's error, or the status
+  json message;       // the assembled assistant message
 };
 
 // One streamed chat request; the SSE chunks assembled into a message.
@@ -139,7 +140,12 @@ Sample send_chat(httplib::Client& cli, const std::string& api_key, json body) {
   s.retry_after = sent && res.status == 503 && res.has_header("Retry-After");
   // Answered: a 200 whose stream finished (an empty answer has no delta; its TTFT is its end).
   s.ok = sent && res.status == 200 && (got_first || !s.finish_reason.empty());
-  if (!s.ok) return s;
+  if (!s.ok) {
+    s.error = !sent ? httplib::to_string(err)
+                    : "status " + std::to_string(res.status) +
+                          (res.status == 200 ? " (the stream did not finish)" : "");
+    return s;
+  }
   if (!got_first) first = last = end;
   s.ttft_ms = std::chrono::duration<double, std::milli>(first - t0).count();
   s.completion_tokens = usage_tokens > 0 ? usage_tokens : deltas;
@@ -305,13 +311,15 @@ json run_level(const std::string& url, const Workload& w, int conc) {
   const double wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
   size_t ok = 0, busy = 0, tokens = 0, structured = 0, valid = 0, cut = 0;
   std::vector<double> ttft, tpot, latency;
-  std::map<int, size_t> failed;  // status (0: no response) -> count
+  std::map<int, size_t> failed;              // status (0: no response) -> count
+  std::map<std::string, size_t> why_failed;  // httplib's error or the status -> count
   for (const Sample& s : samples) {
     if (!s.ok) {
       if (s.retry_after) {
         ++busy;
       } else {
         ++failed[s.status];
+        ++why_failed[s.error];
       }
       continue;
     }
@@ -339,6 +347,7 @@ json run_level(const std::string& url, const Workload& w, int conc) {
           {"busy_503", busy},
           {"failed", n_failed},
           {"failed_by_status", failures},
+          {"failed_by_reason", why_failed},
           {"completion_tokens", tokens},
           {"wall_s", wall_s},
           {"tokens_per_s", static_cast<double>(tokens) / wall_s},
@@ -630,6 +639,10 @@ LACUNA_COMMAND(cmd_bench_serve, "bench-serve",
         if (l["failed"].get<size_t>() > 0 ||
             l["valid"].get<size_t>() + l["cut_by_length"].get<size_t>() !=
                 l["structured"].get<size_t>()) {
+          for (const auto& [why, n] : l["failed_by_reason"].items()) {
+            std::fprintf(stderr, "lacuna bench serve: %zu failed: %s\n", n.get<size_t>(),
+                         why.c_str());
+          }
           return 1;
         }
       }
