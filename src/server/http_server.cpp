@@ -2,6 +2,7 @@
 // parse, template, tokenize, compile constraints and format) in front of the Scheduler
 // thread that owns the runtime::Context (docs/server.md).
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -735,6 +736,10 @@ struct Server::Impl {
         throw std::runtime_error("cannot bind to " + opt.host + ":" + std::to_string(opt.port));
       }
       port = opt.port;
+    }
+    // Room for many clients connecting at once (cpp-httplib's own backlog is 5).
+    if (widen_listen_backlog(port, SOMAXCONN) == 0) {
+      std::fprintf(stderr, "lacuna serve: could not raise the listen backlog (kept at 5)\n");
     }
     scheduler->start();
     listener = std::thread([this] { http.listen_after_bind(); });

@@ -64,6 +64,33 @@ int find_peer_socket(const std::string& local_addr, int local_port, const std::s
   return found;
 }
 
+int widen_listen_backlog(int port, int backlog) {
+  if (port <= 0) return 0;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return 0;
+  int changed = 0;
+  const int own = dirfd(dir);
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const int fd = std::atoi(e->d_name);
+    if (fd == own) continue;
+    int listening = 0;
+    socklen_t n = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &n) != 0 || listening == 0) continue;
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    std::string host;
+    int p = 0;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 ||
+        !host_port(a, len, host, p) || p != port) {
+      continue;
+    }
+    if (listen(fd, backlog) == 0) ++changed;
+  }
+  closedir(dir);
+  return changed;
+}
+
 bool peer_closed(int fd) {
   if (fd < 0) return false;
   pollfd p{fd, POLLIN, 0};

@@ -19,4 +19,11 @@ int find_peer_socket(const std::string& local_addr, int local_port, const std::s
 // close. Never blocks.
 bool peer_closed(int fd);
 
+// Raises the backlog of this process's listening TCP socket(s) on `port` to `backlog`
+// (listen() again on a listening socket only resizes its queue). cpp-httplib 0.11 listens
+// with a backlog of 5, built into Debian's shared library: 64 clients connecting at once
+// overflow it, and a client whose handshake the kernel then drops sees its connection fail.
+// Returns how many sockets it changed.
+int widen_listen_backlog(int port, int backlog);
+
 }  // namespace lacuna::server
