@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -25,7 +26,11 @@ inline CliResult run_cli(const std::string& args, const std::string& env = "") {
   const char* cli = std::getenv("LACUNA_CLI");
   CliResult r;
   if (cli == nullptr) return r;
-  const std::string err_file = ::testing::TempDir() + "lacuna_cli_stderr.txt";
+  // One file per process and call: ctest runs test programs side by side, and a shared name
+  // let one test read another's stderr.
+  static int calls = 0;
+  const std::string err_file = ::testing::TempDir() + "lacuna_cli_stderr_" +
+                               std::to_string(getpid()) + "_" + std::to_string(++calls) + ".txt";
   const std::string cmd = env + " \"" + cli + "\" " + args + " 2>" + err_file;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -36,6 +41,7 @@ inline CliResult run_cli(const std::string& args, const std::string& env = "") {
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   std::ifstream in(err_file);
   r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::remove(err_file.c_str());
   return r;
 }
 
