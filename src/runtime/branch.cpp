@@ -10,6 +10,7 @@
 #include "decode/constraint_factory.h"
 #include "lacuna/runtime.h"
 #include "runtime/branch_state.h"
+#include "runtime/log_sum_exp.h"
 
 namespace lacuna::runtime {
 
@@ -60,15 +61,6 @@ std::vector<uint8_t> sequence_state(llama_context* ctx, llama_seq_id seq) {
     throw std::runtime_error("llama.cpp could not copy the sequence state");
   state.resize(got);
   return state;
-}
-
-// log(sum(exp(l))) and the maximum, over n logits.
-double log_sum_exp(const float* l, int32_t n) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (int32_t i = 0; i < n; ++i) m = std::max(m, l[i]);
-  double sum = 0;
-  for (int32_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(l[i] - m));
-  return std::log(sum) + m;
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "decode/mask_worker.h"
 #include "llama/backend_mask.h"
 #include "runtime/decode_parts.h"
+#include "runtime/log_sum_exp.h"
 
 namespace lacuna {
 
@@ -839,20 +840,12 @@ const float* Generator::biased(const float* logits) {
 
 void Generator::count_surprisal(const float* logits, Token token) {
   // -log p(token) under the model's distribution (raw logits: no bias, mask or temperature).
-  float max_l = -std::numeric_limits<float>::infinity();
-  for (int32_t i = 0; i < n_vocab_; ++i) max_l = std::max(max_l, logits[i]);
-  double sum = 0;
-  for (int32_t i = 0; i < n_vocab_; ++i) sum += std::exp(static_cast<double>(logits[i] - max_l));
-  surprisal_sum_ += std::log(sum) + static_cast<double>(max_l - logits[token]);
+  surprisal_sum_ += runtime::log_sum_exp(logits, n_vocab_) - static_cast<double>(logits[token]);
   ++surprisal_count_;
 }
 
 void Generator::record_logprob(const float* logits, Token token) {
-  float max_l = -std::numeric_limits<float>::infinity();
-  for (int32_t i = 0; i < n_vocab_; ++i) max_l = std::max(max_l, logits[i]);
-  double sum = 0;
-  for (int32_t i = 0; i < n_vocab_; ++i) sum += std::exp(static_cast<double>(logits[i] - max_l));
-  const double log_z = static_cast<double>(max_l) + std::log(sum);
+  const double log_z = runtime::log_sum_exp(logits, n_vocab_);
   TokenLogprob r;
   r.token = token;
   r.logprob = static_cast<float>(static_cast<double>(logits[token]) - log_z);
