@@ -17,6 +17,13 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+// The prompt tokens a branch already holds and can keep: their common prefix, less the
+// prompt's last token, which is decoded again for its logits.
+size_t reusable_prefix(const runtime::Branch& b, std::span<const Token> prompt) {
+  if (prompt.empty()) return 0;
+  return std::min(kv::common_prefix(b.tokens(), prompt), prompt.size() - 1);
+}
+
 }  // namespace
 
 // ---- Job -------------------------------------------------------------------------------
@@ -54,7 +61,8 @@ void Job::fail(int status, const std::string& message) {
 
 void Job::wait(Update& update, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return ended_ || !pending_.empty(); });
+  cv_.wait_for(lock, timeout,
+               [&] { return ended_ || !pending_.empty() || !pending_logprobs_.empty(); });
   update.text += pending_;
   pending_.clear();
   update.logprobs.insert(update.logprobs.end(), std::make_move_iterator(pending_logprobs_.begin()),
@@ -210,7 +218,6 @@ size_t Scheduler::choose_slot(const Job& job, size_t* shared) {
   size_t best = slot_busy_.size();
   size_t best_shared = 0;
   size_t empty = slot_busy_.size();
-  size_t oldest = slot_busy_.size();
   for (size_t i = 0; i < slot_busy_.size(); ++i) {
     if (slot_busy_[i]) continue;
     const Kept& k = kept_[i];
@@ -218,13 +225,8 @@ size_t Scheduler::choose_slot(const Job& job, size_t* shared) {
       if (empty == slot_busy_.size()) empty = i;
       continue;
     }
-    if (oldest == slot_busy_.size() || k.tick < kept_[oldest].tick) oldest = i;
     if (!job.keep) continue;
-    const std::span<const Token> have = k.branch.tokens();
-    // The prompt's last token is decoded again for its logits: at most size - 1 shared.
-    const size_t limit = std::min(have.size(), prompt.empty() ? 0 : prompt.size() - 1);
-    size_t n = 0;
-    while (n < limit && have[n] == prompt[n]) ++n;
+    const size_t n = reusable_prefix(k.branch, prompt);
     if (n > best_shared) {
       best_shared = n;
       best = i;
@@ -232,18 +234,23 @@ size_t Scheduler::choose_slot(const Job& job, size_t* shared) {
   }
   *shared = best_shared;
   if (best_shared > 0) return best;
-  return empty != slot_busy_.size() ? empty : oldest;
+  // Kept branches stay only in free slots (a slot taken keeps or prunes its own).
+  return empty != slot_busy_.size() ? empty : oldest_kept();
+}
+
+size_t Scheduler::oldest_kept() const {
+  size_t oldest = kept_.size();
+  for (size_t i = 0; i < kept_.size(); ++i) {
+    if (kept_[i].branch.valid() && (oldest == kept_.size() || kept_[i].tick < kept_[oldest].tick)) {
+      oldest = i;
+    }
+  }
+  return oldest;
 }
 
 void Scheduler::drop_kept(bool all) {
   for (;;) {
-    size_t oldest = kept_.size();
-    for (size_t i = 0; i < kept_.size(); ++i) {
-      if (kept_[i].branch.valid() &&
-          (oldest == kept_.size() || kept_[i].tick < kept_[oldest].tick)) {
-        oldest = i;
-      }
-    }
+    const size_t oldest = oldest_kept();
     if (oldest == kept_.size()) return;
     if (!all) {
       const runtime::KvPressure k = ctx_.store().kv_pressure();
@@ -283,9 +290,7 @@ void Scheduler::prefill_chunk() {
         if (base == 0 && prompt.size() > 1) {
           // What the branch holds itself (a kept branch) or the prefix cache, whichever is
           // longer.
-          const std::span<const Token> have = a.branch.tokens();
-          const size_t limit = std::min(have.size(), prompt.size() - 1);
-          while (base < limit && have[base] == prompt[base]) ++base;
+          base = reusable_prefix(a.branch, prompt);
           if (ctx_.prefix_cache() != nullptr) {
             base = std::max(base, ctx_.prefix_cache()->lookup(prompt, prompt.size() - 1).n_tokens);
           }
@@ -302,9 +307,7 @@ void Scheduler::prefill_chunk() {
       continue;
     } catch (const std::exception& e) {
       // Kept branches give their cells back first; the next iteration tries again.
-      bool kept_any = false;
-      for (const Kept& k : kept_) kept_any = kept_any || k.branch.valid();
-      if (kept_any) {
+      if (oldest_kept() != kept_.size()) {
         drop_kept(/*all=*/true);
         break;
       }
@@ -335,9 +338,7 @@ void Scheduler::step() {
   }
   if (!batched) {
     // Kept branches give their cells back, then the batch again, once.
-    bool kept_any = false;
-    for (const Kept& k : kept_) kept_any = kept_any || k.branch.valid();
-    if (kept_any) {
+    if (oldest_kept() != kept_.size()) {
       drop_kept(/*all=*/true);
       try {
         ctx_.store().step(branches);

@@ -154,6 +154,8 @@ class Scheduler {
   // The slot for a new job: free, and of those the one whose kept branch shares the longest
   // prefix with the prompt (then one without a kept branch, then the least recently kept).
   size_t choose_slot(const Job& job, size_t* shared);
+  // The slot of the least recently kept branch; kept_.size() when none is kept.
+  size_t oldest_kept() const;
   // Prunes kept branches, least recently kept first, until the context has the headroom
   // (all of them when `all`).
   void drop_kept(bool all);

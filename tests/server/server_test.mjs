@@ -177,6 +177,57 @@ log(`server at ${server.url}`);
 const client = new OpenAI({ apiKey: API_KEY, baseURL: `${server.url}/v1`, maxRetries: 0, timeout: 60000 });
 const user = (content) => [{ role: 'user', content }];
 
+// The sampled comparisons first, on a server that holds no kept branch yet: a sampled token
+// can flip where the same prompt's KV lies in other cells (float rounding, docs/server.md),
+// and kept branches from the concurrent tests below leave the cells in a timing-dependent
+// layout. cache_prompt false keeps these from leaving branches of their own.
+await check('streaming with a seed (temperature 0.9): deltas join to the non-streamed answer', async () => {
+  // cache_prompt false: both decode the whole prompt (a prompt decoded in another split, or
+  // into other KV cells, can round differently and flip a sampled token; docs/server.md).
+  const req = { model: 'tiny', messages: user('Tell me a story'), max_tokens: 40, temperature: 0.9, seed: 1234,
+                cache_prompt: false };
+  const full = await client.chat.completions.create(req);
+  let text = '';
+  for await (const chunk of await client.chat.completions.create({ ...req, stream: true })) {
+    for (const ch of chunk.choices) if (ch.delta && ch.delta.content) text += ch.delta.content;
+  }
+  assert.equal(text, full.choices[0].message.content);
+});
+
+await check('n = 3: three choices (seeds seed, seed + 1, seed + 2), streamed by index equal to the non-streamed', async () => {
+  const req = { model: 'tiny', messages: user('Tell me a story'), max_tokens: 32, temperature: 0.9, seed: 21,
+                cache_prompt: false };  // as in the test above
+  const singles = [];
+  for (const seed of [21, 22, 23]) singles.push(await client.chat.completions.create({ ...req, seed }));
+  const three = await client.chat.completions.create({ ...req, n: 3 });
+  assert.deepEqual(three.choices.map((c) => c.index), [0, 1, 2]);
+  // Choice i is the n = 1 answer with seed + i.
+  const texts = three.choices.map((c) => c.message.content);
+  assert.deepEqual(texts, singles.map((r) => r.choices[0].message.content));
+  assert.ok(new Set(texts).size > 1, `three equal choices: ${JSON.stringify(texts)}`);
+  assert.equal(three.usage.prompt_tokens, singles[0].usage.prompt_tokens);
+  assert.equal(three.usage.completion_tokens, singles.reduce((a, r) => a + r.usage.completion_tokens, 0));
+  const streamed = ['', '', ''];
+  const finishes = [null, null, null];
+  let usage = null;
+  for await (const chunk of await client.chat.completions.create({ ...req, n: 3, stream: true, stream_options: { include_usage: true } })) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const ch of chunk.choices) {
+      if (ch.delta && ch.delta.content) streamed[ch.index] += ch.delta.content;
+      if (ch.finish_reason) finishes[ch.index] = ch.finish_reason;
+    }
+  }
+  assert.deepEqual(streamed, texts);
+  assert.deepEqual(finishes, three.choices.map((c) => c.finish_reason));
+  assert.equal(usage.completion_tokens, three.usage.completion_tokens);
+  // Completions too, the constraint forked for every choice.
+  const c = await rawPost(server.url, '/v1/completions', { prompt: 'Answer:', n: 2, max_tokens: 4, temperature: 0.8, seed: 3,
+                                                            grammar: 'root ::= "yes" | "no" | "maybe"' });
+  assert.equal(c.status, 200, c.text);
+  assert.equal(c.json.choices.length, 2);
+  for (const ch of c.json.choices) assert.ok(['yes', 'no', 'maybe'].includes(ch.text), c.text);
+});
+
 let plain;
 await check('plain chat (greedy): content, usage, timings', async () => {
   plain = await client.chat.completions.create({
@@ -216,19 +267,6 @@ await check('streaming chat: deltas join to the non-streamed answer, usage chunk
   assert.equal(text, plain.choices[0].message.content);
   assert.equal(finish, plain.choices[0].finish_reason);
   assert.ok(usage && usage.completion_tokens === plain.usage.completion_tokens);
-});
-
-await check('streaming with a seed (temperature 0.9): deltas join to the non-streamed answer', async () => {
-  // cache_prompt false: both decode the whole prompt (a prompt decoded in another split, or
-  // into other KV cells, can round differently and flip a sampled token; docs/server.md).
-  const req = { model: 'tiny', messages: user('Tell me a story'), max_tokens: 40, temperature: 0.9, seed: 1234,
-                cache_prompt: false };
-  const full = await client.chat.completions.create(req);
-  let text = '';
-  for await (const chunk of await client.chat.completions.create({ ...req, stream: true })) {
-    for (const ch of chunk.choices) if (ch.delta && ch.delta.content) text += ch.delta.content;
-  }
-  assert.equal(text, full.choices[0].message.content);
 });
 
 await check('completions: greedy text equals `lacuna run`, streamed deltas join to it', async () => {
@@ -283,40 +321,6 @@ await check('response_format json_schema: every answer parses and validates (gre
     const v = JSON.parse(o.choices[0].message.content);
     assert.ok(v && typeof v === 'object' && !Array.isArray(v));
   }
-});
-
-await check('n = 3: three choices (seeds seed, seed + 1, seed + 2), streamed by index equal to the non-streamed', async () => {
-  const req = { model: 'tiny', messages: user('Tell me a story'), max_tokens: 32, temperature: 0.9, seed: 21,
-                cache_prompt: false };  // as in the test above
-  const singles = [];
-  for (const seed of [21, 22, 23]) singles.push(await client.chat.completions.create({ ...req, seed }));
-  const three = await client.chat.completions.create({ ...req, n: 3 });
-  assert.deepEqual(three.choices.map((c) => c.index), [0, 1, 2]);
-  // Choice i is the n = 1 answer with seed + i.
-  const texts = three.choices.map((c) => c.message.content);
-  assert.deepEqual(texts, singles.map((r) => r.choices[0].message.content));
-  assert.ok(new Set(texts).size > 1, `three equal choices: ${JSON.stringify(texts)}`);
-  assert.equal(three.usage.prompt_tokens, singles[0].usage.prompt_tokens);
-  assert.equal(three.usage.completion_tokens, singles.reduce((a, r) => a + r.usage.completion_tokens, 0));
-  const streamed = ['', '', ''];
-  const finishes = [null, null, null];
-  let usage = null;
-  for await (const chunk of await client.chat.completions.create({ ...req, n: 3, stream: true, stream_options: { include_usage: true } })) {
-    if (chunk.usage) usage = chunk.usage;
-    for (const ch of chunk.choices) {
-      if (ch.delta && ch.delta.content) streamed[ch.index] += ch.delta.content;
-      if (ch.finish_reason) finishes[ch.index] = ch.finish_reason;
-    }
-  }
-  assert.deepEqual(streamed, texts);
-  assert.deepEqual(finishes, three.choices.map((c) => c.finish_reason));
-  assert.equal(usage.completion_tokens, three.usage.completion_tokens);
-  // Completions too, the constraint forked for every choice.
-  const c = await rawPost(server.url, '/v1/completions', { prompt: 'Answer:', n: 2, max_tokens: 4, temperature: 0.8, seed: 3,
-                                                            grammar: 'root ::= "yes" | "no" | "maybe"' });
-  assert.equal(c.status, 200, c.text);
-  assert.equal(c.json.choices.length, 2);
-  for (const ch of c.json.choices) assert.ok(['yes', 'no', 'maybe'].includes(ch.text), c.text);
 });
 
 await check('lacuna extensions: choices, regex, grammar, token_trie', async () => {
