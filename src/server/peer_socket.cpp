@@ -43,51 +43,54 @@ bool matches(int fd, const std::string& local_addr, int local_port, const std::s
          host_port(a, len, host, port) && port == remote_port && host == remote_addr;
 }
 
+// Calls fn(fd) for each descriptor this process has open (/proc/self/fd) until it returns
+// false.
+template <typename Fn>
+void for_each_fd(Fn fn) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return;
+  const int own = dirfd(dir);
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const int fd = std::atoi(e->d_name);
+    if (fd != own && !fn(fd)) break;
+  }
+  closedir(dir);
+}
+
 }  // namespace
 
 int find_peer_socket(const std::string& local_addr, int local_port, const std::string& remote_addr,
                      int remote_port) {
   if (local_port <= 0 || remote_port <= 0) return -1;
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return -1;
   int found = -1;
-  const int own = dirfd(dir);
-  while (const dirent* e = readdir(dir)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    const int fd = std::atoi(e->d_name);
-    if (fd != own && matches(fd, local_addr, local_port, remote_addr, remote_port)) {
-      found = fd;
-      break;
-    }
-  }
-  closedir(dir);
+  for_each_fd([&](int fd) {
+    if (!matches(fd, local_addr, local_port, remote_addr, remote_port)) return true;
+    found = fd;
+    return false;
+  });
   return found;
 }
 
 int widen_listen_backlog(int port, int backlog) {
   if (port <= 0) return 0;
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return 0;
   int changed = 0;
-  const int own = dirfd(dir);
-  while (const dirent* e = readdir(dir)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    const int fd = std::atoi(e->d_name);
-    if (fd == own) continue;
+  for_each_fd([&](int fd) {
     int listening = 0;
     socklen_t n = sizeof listening;
-    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &n) != 0 || listening == 0) continue;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &n) != 0 || listening == 0) {
+      return true;
+    }
     sockaddr_storage a{};
     socklen_t len = sizeof a;
     std::string host;
     int p = 0;
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 ||
-        !host_port(a, len, host, p) || p != port) {
-      continue;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 && host_port(a, len, host, p) &&
+        p == port && listen(fd, backlog) == 0) {
+      ++changed;
     }
-    if (listen(fd, backlog) == 0) ++changed;
-  }
-  closedir(dir);
+    return true;
+  });
   return changed;
 }
 
