@@ -6,7 +6,6 @@
 #include <peg-parser.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -77,12 +76,13 @@ bool ends_with(const std::string& s, const std::string& end) {
 }
 
 // The arena id of an `ac-ID` rule name (llama.cpp's "text up to a closing tag"), or -1.
-long ac_rule_id(const std::string& name) {
-  if (name.rfind("ac-", 0) != 0 || name.size() == 3) return -1;
-  for (size_t i = 3; i < name.size(); ++i) {
+// N of a rule named PREFIX + N (llama.cpp's "ac-12", "until-7"), or -1.
+long numbered_rule_id(const std::string& name, std::string_view prefix) {
+  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) return -1;
+  for (size_t i = prefix.size(); i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return -1;
   }
-  return std::stol(name.substr(3));
+  return std::stol(name.substr(prefix.size()));
 }
 
 // The text of a literal parser (under tags and atomic groups), or nullptr.
@@ -321,55 +321,53 @@ std::string arena_to_gbnf(const std::string& serialized_arena,
     rules[index["tool-calls"]].second = "tool-call (space tool-call)*";
     rules[index["root"]].second = single_call ? "tool-call" : "tool-calls";
   }
+  // The schemas of the tools ("tool-NAME-schema") and of their parameters
+  // ("tool-NAME-arg-PARAM-schema") by the rule the parser writes for them (the name without
+  // "-schema").
+  std::map<std::string, const std::string*> schema_of_rule;
+  for (const auto& [name, schema] : schemas) {
+    const std::string suffix = "-schema";
+    if (name.rfind("tool-", 0) != 0 || !ends_with(name, suffix)) continue;
+    schema_of_rule[sanitize(name.substr(0, name.size() - suffix.size()))] = &schema;
+  }
   // gemma-4 writes a call's arguments in its own notation (bare keys, strings between
   // `<|"|>`), any dictionary in llama.cpp's grammar: there the tool's schema in that notation.
   for (auto& [name, rhs] : rules) {
     if (name.rfind("tool-", 0) != 0 || !ends_with(rhs, " gemma4-dict")) continue;
-    for (const auto& [schema_name, schema] : schemas) {
-      const std::string suffix = "-schema";
-      if (!ends_with(schema_name, suffix) ||
-          sanitize(schema_name.substr(0, schema_name.size() - suffix.size())) != name) {
-        continue;
-      }
-      const std::optional<std::string> args = gemma4_args_gbnf(schema);
-      if (!args) break;
-      const std::string rule = "g4-" + name;
-      extra += prefix_gbnf_rules(*args, rule);
-      if (!extra.empty() && extra.back() != '\n') extra += '\n';
-      rhs = rhs.substr(0, rhs.size() - std::string("gemma4-dict").size()) + rule;
-      break;
-    }
+    auto tool = schema_of_rule.find(name);
+    if (tool == schema_of_rule.end()) continue;
+    const std::optional<std::string> args = gemma4_args_gbnf(*tool->second);
+    if (!args) continue;
+    const std::string rule = "g4-" + name;
+    extra += prefix_gbnf_rules(*args, rule);
+    if (!extra.empty() && extra.back() != '\n') extra += '\n';
+    rhs = rhs.substr(0, rhs.size() - std::string("gemma4-dict").size()) + rule;
   }
   // XML-like formats write a parameter's value as raw text up to a closing tag (an `ac` rule
   // of llama.cpp: any text without the tag). Where the parameter's schema allows only strings
   // (and null), the value is lacuna's grammar of those strings as raw text, without the tag.
-  std::map<std::string, const std::string*> arg_schema;  // rule name -> parameter schema
-  for (const auto& [name, schema] : schemas) {
-    const std::string suffix = "-schema";
-    if (name.rfind("tool-", 0) != 0 || name.find("-arg-") == std::string::npos ||
-        !ends_with(name, suffix)) {
-      continue;
-    }
-    arg_schema[sanitize(name.substr(0, name.size() - suffix.size()))] = &schema;
-  }
+  const auto is_arg_rule = [&](const std::string& rule) {
+    return rule.find("-arg-") != std::string::npos && schema_of_rule.count(rule) != 0;
+  };
   for (auto& [name, rhs] : rules) {
-    auto arg = arg_schema.find(name);
-    if (arg == arg_schema.end()) continue;
+    if (!is_arg_rule(name)) continue;
+    auto arg = schema_of_rule.find(name);
     const std::vector<std::string> refs = referenced_rules(rhs);
     if (refs.empty()) continue;
     // The value and its tag: `ac-N` (or a rule that is one, Qwen3-Coder's xml-arg-string),
     // or `until-N "TAG"` (DeepSeek V3.2's DSML).
     std::string tail = refs.back();
     std::string delimiter;
-    long id = ac_rule_id(refs.back());
-    if (id < 0 && index.count(refs.back()) != 0) id = ac_rule_id(rules[index[refs.back()]].second);
+    long id = numbered_rule_id(refs.back(), "ac-");
+    if (id < 0 && index.count(refs.back()) != 0) {
+      id = numbered_rule_id(rules[index[refs.back()]].second, "ac-");
+    }
     if (id >= 0 && static_cast<size_t>(id) < arena.size()) {
       const auto* ac =
           std::get_if<common_peg_ac_parser>(&arena.get(static_cast<common_peg_parser_id>(id)));
       if (ac != nullptr && ac->delimiters.size() == 1) delimiter = ac->delimiters[0];
-    } else if (refs.back().rfind("until-", 0) == 0) {
-      const long u = std::atol(refs.back().c_str() + 6);
-      const auto* until = u > 0 && static_cast<size_t>(u) < arena.size()
+    } else if (const long u = numbered_rule_id(refs.back(), "until-"); u >= 0) {
+      const auto* until = static_cast<size_t>(u) < arena.size()
                               ? std::get_if<common_peg_until_parser>(
                                     &arena.get(static_cast<common_peg_parser_id>(u)))
                               : nullptr;
@@ -403,7 +401,7 @@ std::string arena_to_gbnf(const std::string& serialized_arena,
         size_t bar = list.find(" | ", at);
         const std::string a =
             list.substr(at, bar == std::string::npos ? std::string::npos : bar - at);
-        args = arg_schema.count(a) != 0;
+        args = is_arg_rule(a);
         if (!once.empty()) once += ' ';
         once.append(sep.empty() ? "" : "(").append(sep).append(a).append(sep.empty() ? "?" : ")?");
         if (bar == std::string::npos) break;
