@@ -354,6 +354,18 @@ class WalkStates {
     run_state_ = &run_state_by_mode_[m];
   }
   Mode mode() const { return mode_; }
+  // Runs in mode `m` for the scope's lifetime, then the mode before it again.
+  class ModeScope {
+   public:
+    ModeScope(WalkStates& s, Mode m) : s_(s), before_(s.mode()) { s_.set_mode(m); }
+    ~ModeScope() { s_.set_mode(before_); }
+    ModeScope(const ModeScope&) = delete;
+    ModeScope& operator=(const ModeScope&) = delete;
+
+   private:
+    WalkStates& s_;
+    Mode before_;
+  };
 
   Run run(uint32_t set) {
     grow_runs();
@@ -767,18 +779,12 @@ struct Classifier {
     return true;
   }
   bool tolerant_take(uint32_t j, const Frame& c) {
-    struct Scope {
-      Classifier& cl;
-      WalkStates::Mode before;
-      explicit Scope(Classifier& x) : cl(x), before(x.states.mode()) {
-        cl.states.set_mode(WalkStates::kTolerant);
-        cl.tolerant_ = true;
-      }
-      ~Scope() {
-        cl.states.set_mode(before);
-        cl.tolerant_ = false;
-      }
-    } scope(*this);
+    const WalkStates::ModeScope mode(states, WalkStates::kTolerant);
+    struct Tolerant {
+      bool& flag;
+      explicit Tolerant(bool& f) : flag(f) { flag = true; }
+      ~Tolerant() { flag = false; }
+    } tolerant(tolerant_);
     return bulk_accept(j, c.set, c.depth, false) || skip_region(j, c, false);
   }
 
@@ -791,12 +797,7 @@ struct Classifier {
   // the runs of kQuiet mode instead (exact there, as in quiet walks); only the frames the
   // strict runs could not take pay for the lower levels they note.
   bool quiet_take(uint32_t j, const Frame& c) {
-    struct Scope {
-      WalkStates& s;
-      WalkStates::Mode before;
-      explicit Scope(WalkStates& x) : s(x), before(x.mode()) { s.set_mode(WalkStates::kQuiet); }
-      ~Scope() { s.set_mode(before); }
-    } scope(states);
+    const WalkStates::ModeScope mode(states, WalkStates::kQuiet);
     return bulk_accept(j, c.set, c.depth, c.pending) || skip_region(j, c, false);
   }
 
@@ -899,11 +900,7 @@ struct Classifier {
   void setup_cover(uint32_t set0) {
     setup_cover_in_mode(set0);
     if (cover_bits != nullptr || states.mode() != WalkStates::kStrict) return;
-    struct Scope {
-      WalkStates& s;
-      explicit Scope(WalkStates& x) : s(x) { s.set_mode(WalkStates::kTolerant); }
-      ~Scope() { s.set_mode(WalkStates::kStrict); }
-    } scope(states);
+    const WalkStates::ModeScope mode(states, WalkStates::kTolerant);
     setup_cover_in_mode(set0);
   }
   void setup_cover_in_mode(uint32_t set0) {
