@@ -671,6 +671,10 @@ TEST(ChatTools, BadInputGetsClearErrors) {
     EXPECT_EQ(e.pointer.rfind("/tools/0/function/parameters/properties/a", 0), 0u) << e.what();
   }
   EXPECT_THROW(chat::messages_from_json(R"([{"role": "robot", "content": "x"}])"), chat::ChatError);
+  // A number past a double's range is out_of_range in nlohmann::json: an error, not an abort
+  // (found by fuzz_chat_parse).
+  EXPECT_THROW(chat::messages_from_json("[5e111111111111122]"), chat::ChatError);
+  EXPECT_THROW(chat::tools_from_json("[1e999999]"), chat::ChatError);
   try {
     chat::messages_from_json(R"([{"role": "user", "content": "x"}, {"content": "y"}])");
     FAIL();

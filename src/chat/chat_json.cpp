@@ -14,7 +14,8 @@ using nlohmann::json;
 json parse_json(std::string_view text, const char* what) {
   try {
     return json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number past a double's range (1e999999).
     throw ChatError(std::string(what) + " are not valid JSON: " + e.what());
   }
 }
