@@ -1111,7 +1111,12 @@ struct Classifier {
   std::unordered_map<detail::SharedMasks::ClassKey, const std::vector<uint32_t>*,
                      detail::SharedMasks::ClassKeyHash>
       exit_cache_{};
-  const std::vector<uint32_t>* class_exits(const WalkStates::Run& r) {
+  // `budget`: a class not built yet is built only when the nodes its build looks at (those
+  // outside the class) are at most this many; otherwise null, and nothing is remembered (a
+  // larger subtree may still build it). A schema's key automaton makes a class per prefix
+  // of its names (a string's characters less a few letters), each with thousands of exits:
+  // built to skip through one small subtree, they cost more than walking it.
+  const std::vector<uint32_t>* class_exits(const WalkStates::Run& r, size_t budget = SIZE_MAX) {
     const detail::SharedMasks::ClassKey key = class_key(r);
     auto it = exit_cache_.find(key);
     if (it != exit_cache_.end()) return it->second;
@@ -1123,12 +1128,24 @@ struct Classifier {
       if (sit != shared.exits.end()) {
         out = sit->second.get();
       } else if (shared.exits.size() < detail::SharedMasks::kMaxExitClasses) {
+        if (budget != SIZE_MAX && exits_build_nodes(r) > budget) return nullptr;
         out = build_class_exits(key, r, shared);
       }
     }
     exit_cache_.emplace(key, out);
     return out;
   }
+  // The nodes build_class_exits looks at: those whose code point is outside the class.
+  size_t exits_build_nodes(const WalkStates::Run& r) const {
+    const auto& goff = tokens.cp_group_offsets();
+    size_t n = 0;
+    for (uint32_t g = 0; g <= 128; ++g) {
+      if (!(g < 128 ? in_run_class(r, g) : r.non_ascii)) n += goff[g + 1] - goff[g];
+    }
+    return n;
+  }
+  // A node walked costs about this many nodes looked at by an exits build.
+  static constexpr size_t kExitBuildPerWalkedNode = 4;
   // Called with shared.mu held. Only the nodes whose code point is outside the class are
   // looked at (through the token index's code-point groups), marked in a bitmap over the
   // nodes, and read back in trie order: tens of microseconds for a string's class.
@@ -1193,7 +1210,7 @@ struct Classifier {
     // A run shorter than the subtree: the nodes one past its depth are where it ends.
     const bool cut = r.depth < sc.height;
     if (cut && (r.depth == 0 || n_nodes < kMinCutSkipNodes)) return false;
-    const std::vector<uint32_t>* exits = class_exits(r);
+    const std::vector<uint32_t>* exits = class_exits(r, size_t{n_nodes} * kExitBuildPerWalkedNode);
     if (exits == nullptr) return false;
     if (tolerant_ && !past_end_dies(r)) return false;
     if (!past_end) note_run(set, sc.height);

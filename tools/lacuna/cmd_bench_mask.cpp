@@ -67,7 +67,7 @@ void usage() {
       stderr,
       "usage: lacuna bench mask [--vocab PATH.gguf] [--grammar FILE.gbnf] [--text FILE]\n"
       "                         [--grammar-dir DIR] [--json] [--no-baseline] [--repeat N]\n"
-      "                         [--eager-ms MS] [--no-shared-masks]\n"
+      "                         [--eager-ms MS] [--no-shared-masks] [--trace-slow-us US]\n"
       "defaults: llama-bpe vocabulary, grammars/json.gbnf, bench/data/sample.json\n"
       "--grammar-dir: every DIR/NAME.gbnf with its text DIR/NAME.txt; per grammar and overall:\n"
       "            compile (with the options, all masks eager, all masks lazy), masks of the\n"
@@ -76,7 +76,8 @@ void usage() {
       "--eager-ms: compile-time budget for context masks (CompileOptions::eager_ms;\n"
       "            -1 = all at compile time, 0 = all on first use)\n"
       "--no-shared-masks: do not reuse rule-prefix masks across compiles (a cold start\n"
-      "            every repeat; CompileOptions::share_masks)\n");
+      "            every repeat; CompileOptions::share_masks)\n"
+      "--trace-slow-us US: print each mask slower than US (thread CPU) with the text before it\n");
 }
 
 // Longest-match tokenization over the vocabulary's text pieces: a valid token sequence for
@@ -126,6 +127,9 @@ struct Walk {
   std::vector<bool> partial_at;
 };
 
+// --trace-slow-us: each mask slower than this on the thread CPU clock goes to stderr.
+double trace_slow_us = 0;
+
 Walk walk_text(const std::shared_ptr<const lacuna::CompiledGrammar>& cg,
                const lacuna::TokenIndex& index, const std::vector<llama_token>& toks, bool keep) {
   Walk w;
@@ -137,6 +141,12 @@ Walk walk_text(const std::shared_ptr<const lacuna::CompiledGrammar>& cg,
     m.fill_next_token_bitmask(words.data());
     w.mask_cpu_us.push_back(thread_cpu_us() - c1);
     w.mask_us.push_back(us_since(t1));
+    if (trace_slow_us > 0 && w.mask_cpu_us.back() > trace_slow_us) {
+      std::string before;
+      for (size_t k = i > 12 ? i - 12 : 0; k < i; ++k) before += index.token_bytes(toks[k]);
+      std::fprintf(stderr, "slow mask %.0f us (cpu) at token %zu after '%s'\n",
+                   w.mask_cpu_us.back(), i, before.c_str());
+    }
     if (keep) {
       w.masks.push_back(words);
       w.partial_at.push_back(m.in_partial_utf8());
@@ -405,6 +415,8 @@ LACUNA_COMMAND(cmd_bench_mask, "bench-mask", "time token masks vs llama.cpp's gr
       options.eager_ms = std::stod(next());
     } else if (a == "--no-shared-masks") {
       options.share_masks = false;
+    } else if (a == "--trace-slow-us") {
+      trace_slow_us = std::stod(next());
     } else if (a == "-h" || a == "--help") {
       usage();
       return 0;
