@@ -24,6 +24,7 @@
 #include "lacuna/matcher.h"
 #include "lacuna/token_index.h"
 #include "llama.h"
+#include "match/compiled_data.h"
 
 using namespace lacuna;
 
@@ -599,6 +600,58 @@ cell ::= [^|\n]{1,28})g",
   const WalkStats stats = walk_each(fx, grammars, 4, 10, 8181);
   std::printf("[oracle] %s quiet takes: %zu steps compared\n", GetParam().c_str(), stats.steps);
   EXPECT_GT(stats.steps, grammars.size() * 4);
+}
+
+// Label walks: strings whose state is a small automaton over their characters (a hex
+// `pattern` with a length, as the JSON Schema converter writes it; a search pattern; a
+// marker inside `.{0,n}`; escapes inside a bounded string) are decided by label sequences
+// instead of code points. Each grammar is compiled and walked four times: the first walk of
+// a partition goes through the trie itself, later ones through its label trie.
+TEST_P(Oracle, LabelWalksMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::vector<std::string> grammars = {
+      // [0-9a-fA-F]+ somewhere in exactly 6 characters (the converter's product automaton).
+      R"g(root ::= "\"" s6 ("," [0-9]{1,3})?
+s6 ::= o s5 | [0-9A-Fa-f] any5
+s5 ::= o s4 | [0-9A-Fa-f] any4
+s4 ::= o s3 | [0-9A-Fa-f] any3
+s3 ::= o s2 | [0-9A-Fa-f] any2
+s2 ::= o s1 | [0-9A-Fa-f] any1
+s1 ::= [0-9A-Fa-f] "\""
+any5 ::= c any4
+any4 ::= c any3
+any3 ::= c any2
+any2 ::= c any1
+any1 ::= c "\""
+o ::= [^\x00-\x1F"\\0-9A-Fa-f] | "\\" ["/\\bnrt]
+c ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g",
+      R"g(root ::= "\"" x{0,40} ("top-left" | "middle" | "bottom-right") x{0,40} "\""
+x ::= [^"\\\x00-\x1F])g",
+      R"g(root ::= (.{0,30} "<END>" "\n"){1,2})g",
+      R"g(root ::= "\"" [a-z] [a-z0-9-]{0,11} "\"" (" " [A-Z]{2,4} "-" [0-9]{3,6})?)g"};
+  WalkStats stats;
+  uint64_t seed = 7070;
+  for (const std::string& gbnf : grammars) {
+    SCOPED_TRACE(gbnf);
+    for (int k = 0; k < 4; ++k) {
+      CompileOptions options;
+      options.eager_ms = k == 3 ? -1.0 : 0.0;
+      options.share_masks = false;
+      auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
+      walk(fx, gbnf, 12, seed++, stats, cg);
+    }
+  }
+  size_t label_tries = 0;
+  {
+    detail::SharedMasks& shared = fx.index->shared_masks();
+    std::lock_guard<std::mutex> lock(shared.mu);
+    for (const auto& [key, lt] : shared.label_tries) label_tries += lt != nullptr ? 1 : 0;
+  }
+  std::printf("[oracle] %s label walks: %zu steps compared, %zu label tries built\n",
+              GetParam().c_str(), stats.steps, label_tries);
+  EXPECT_GT(stats.steps, grammars.size() * 4);
+  EXPECT_GT(label_tries, 0u);
 }
 
 // A context whose mask hits a limit while it is computed is checked by the matcher against

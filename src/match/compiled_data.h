@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -223,6 +224,34 @@ struct SharedMasks {
   std::unordered_map<ClassTokensKey, std::unique_ptr<const std::vector<uint32_t>>,
                      ClassTokensKeyHash>
       class_tokens;  // guarded by mu
+
+  // Label tries (see label_walk() in compiler.cpp): the vocabulary trie seen through a
+  // partition of a class C of code points into k labels, each node a distinct sequence of
+  // labels that starts some token of C*. Keyed by the labels (per label: its ASCII bitmap's
+  // two words, then 1 when it holds every code point >= 128), in the order of their ids.
+  struct LabelTrie {
+    uint32_t k = 0;
+    std::vector<uint32_t> child;  // [node * k + label]: the child (0: none); node 0 is the root
+    // Per node + 1: the tokens ending at node u are ids[tok_off[u], tok_off[u + 1]) (text
+    // tokens without a partial UTF-8 tail) and slow[slow_off[u], slow_off[u + 1]) (trie_tokens()
+    // indices of the others: a partial tail, or a control token).
+    std::vector<uint32_t> tok_off, slow_off;
+    std::vector<Token> ids;
+    std::vector<uint32_t> slow;
+    // The trie nodes outside C whose ancestors (below the root) are all in C, in trie order,
+    // with the label node of their parent: where a token leaves C.
+    std::vector<std::pair<uint32_t, uint32_t>> exits;
+    size_t n_nodes() const { return tok_off.empty() ? 0 : tok_off.size() - 1; }
+    size_t memory_bytes() const {
+      return sizeof(LabelTrie) +
+             (child.capacity() + tok_off.capacity() + slow_off.capacity() + ids.capacity() +
+              slow.capacity()) *
+                 4 +
+             exits.capacity() * 8;
+    }
+  };
+  static constexpr size_t kMaxLabelTries = 256;
+  std::map<std::vector<uint64_t>, std::unique_ptr<const LabelTrie>> label_tries;  // guarded by mu
 
   // The trie nodes of each depth, in trie order (see depth_nodes() in compiler.cpp): where a
   // bounded run of a class ends inside a subtree. Built once, on first use.

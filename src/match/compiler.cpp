@@ -1481,11 +1481,377 @@ struct Classifier {
     }
   }
 
-  void walk_subtree(uint32_t first, uint32_t root_set) {
+  // Label walks. Inside a string whose state is a small automaton over its characters (a
+  // `pattern` with a `maxLength`: hex digit or not, times the length left), runs find no
+  // class that keeps one successor long enough to skip through (the run's class has exits at
+  // every other node), so the walk went node by node through the string's class (3-12 ms a
+  // first-use mask). When the sets reachable from a context's start through a class C of
+  // code points treat C as k <= kMaxLabels labels (every member's character set is a union
+  // of labels, and no code point of C leaves the context), a token of C* is decided by its
+  // sequence of labels alone. The walk runs a local automaton (sets x labels) along the trie
+  // (first use of a partition), or along the partition's label trie (SharedMasks::LabelTrie,
+  // built on the second use: a few thousand to tens of thousands of nodes where the trie has
+  // hundreds of thousands), and then walks on only from the trie nodes where a token leaves
+  // C, each from the set its labels reached. A set that would split C into more labels is
+  // cut off by dropping the rarest label on its way from the start (a backslash before `u`,
+  // not the `u`); a label on which a set leaves the context is dropped from C.
+  struct Label {
+    uint64_t a[2];  // ASCII code points
+    bool high;      // every code point >= 128
+  };
+  static constexpr size_t kMaxLabels = 8;
+  static constexpr size_t kMaxLabelSets = 1024;
+  static constexpr int kMaxLabelRounds = 32;
+  std::vector<Label> labels_{};
+  static constexpr uint32_t kNoState = 0xFFFFFFFFu;
+  std::vector<uint32_t> label_states_{}, label_next_{};  // local automaton of find_labels
+  std::unordered_map<uint32_t, uint32_t> label_local_{};
+  int8_t ascii_label_[128] = {};  // the label of each ASCII code point (-1: outside C)
+  int8_t high_label_ = -1;        // the label of the code points >= 128
+  std::vector<std::pair<uint32_t, Label>> label_queue_{};
+  std::unordered_map<uint32_t, uint8_t> label_seen_{};
+  std::vector<uint32_t> label_set_at_{}, label_touched_{};
+  std::vector<std::pair<uint32_t, uint32_t>> label_stack_{};
+
+  std::vector<size_t> label_parent_{};  // per queued set: the one it was entered from
+  // The trie nodes (at depth two or more) whose code point is in the label.
+  size_t label_nodes(const Label& l) const {
+    const auto& goff = tokens.cp_group_offsets();
+    size_t n = 0;
+    for (uint32_t g = 0; g <= 128; ++g) {
+      if (g < 128 ? ((l.a[g >> 6] >> (g & 63)) & 1u) != 0 : l.high) n += goff[g + 1] - goff[g];
+    }
+    return n;
+  }
+  static uint32_t label_rep(const Label& l) {
+    if (l.a[0] != 0) return static_cast<uint32_t>(__builtin_ctzll(l.a[0]));
+    if (l.a[1] != 0) return 64u + static_cast<uint32_t>(__builtin_ctzll(l.a[1]));
+    return 0x100;
+  }
+  static bool label_empty(const Label& l) { return l.a[0] == 0 && l.a[1] == 0 && !l.high; }
+  // Splits every label by the code points the set `cs` holds (its code points >= 128 alike).
+  void refine_labels(const CharSet& cs) {
+    uint64_t in[2];
+    if (cs.any) {
+      return;
+    }
+    in[0] = cs.negated ? ~cs.ascii[0] : cs.ascii[0];
+    in[1] = cs.negated ? ~cs.ascii[1] : cs.ascii[1];
+    const bool high_in = cs.match(0x100);
+    const size_t n = labels_.size();
+    for (size_t i = 0; i < n; ++i) {
+      const Label l = labels_[i];
+      const Label inside{{l.a[0] & in[0], l.a[1] & in[1]}, l.high && high_in};
+      const Label outside{{l.a[0] & ~in[0], l.a[1] & ~in[1]}, l.high && !high_in};
+      if (label_empty(inside) || label_empty(outside)) continue;
+      labels_[i] = inside;
+      labels_.push_back(outside);
+    }
+  }
+  // Finds C and its labels from set0 (labels_, and the automaton on them: label_states_,
+  // label_next_); false where none fits.
+  bool find_labels(uint32_t set0) {
+    Label excl{{0, 0}, false};
+    for (int round = 0; round < kMaxLabelRounds; ++round) {
+      labels_.assign(1, Label{{~excl.a[0], ~excl.a[1]}, !excl.high});
+      label_queue_.clear();
+      label_seen_.clear();
+      label_queue_.push_back({set0, Label{{0, 0}, false}});
+      label_parent_.assign(1, 0);
+      label_seen_.emplace(set0, 1);
+      bool again = false;
+      for (size_t qi = 0; qi < label_queue_.size() && !again; ++qi) {
+        const uint32_t s = label_queue_[qi].first;
+        // The rarest label on the way from set0 to s (the fewest trie nodes): a set that
+        // splits too many labels is reached through an escape (`\u00`), whose backslash
+        // leaves C better than the `u` after it.
+        Label in{{0, 0}, false};
+        size_t in_nodes = SIZE_MAX;
+        for (size_t x = qi; x != 0; x = label_parent_[x]) {
+          const size_t nodes = label_nodes(label_queue_[x].second);
+          if (nodes < in_nodes) {
+            in = label_queue_[x].second;
+            in_nodes = nodes;
+          }
+        }
+        // Leaves C: the label this set was entered by, or fails at the context's start.
+        auto drop = [&](const Label& l) {
+          if (label_empty(l)) return false;
+          excl.a[0] |= l.a[0];
+          excl.a[1] |= l.a[1];
+          excl.high = excl.high || l.high;
+          again = true;
+          return true;
+        };
+        bool fits = states.uniform(s);
+        uint32_t n;
+        const uint32_t* m = states.members(s, &n);
+        for (uint32_t i = 0; i < n && fits; ++i) {
+          const Elem& e = g.elems[pool.pos(m[i])];
+          if (e.kind != detail::kChars) {
+            fits = false;
+            break;
+          }
+          refine_labels(g.charsets[e.arg]);
+          fits = labels_.size() <= kMaxLabels;
+        }
+        if (!fits) {
+          if (!drop(in)) return false;
+          break;
+        }
+        for (const Label& l : labels_) {
+          const uint32_t v = states.step(s, label_rep(l));
+          if ((v & 1u) != 0) {  // some member leaves the context on this label
+            drop(l);
+            break;
+          }
+          const uint32_t next = v >> 1;
+          if (next != 0 && label_seen_.emplace(next, 1).second) {
+            if (label_seen_.size() > kMaxLabelSets) return false;
+            label_queue_.push_back({next, l});
+            label_parent_.push_back(qi);
+          }
+        }
+      }
+      if (!again) {
+        if (labels_.size() == 1 && label_empty(labels_[0])) return false;
+        // The automaton on local states (0: set0): label_next_[q * k + l].
+        const size_t k = labels_.size();
+        label_states_.clear();
+        label_local_.clear();
+        for (const auto& [s, in] : label_queue_) {
+          label_local_.emplace(s, static_cast<uint32_t>(label_states_.size()));
+          label_states_.push_back(s);
+        }
+        for (uint32_t c = 0; c < 128; ++c) ascii_label_[c] = -1;
+        high_label_ = -1;
+        for (size_t i = 0; i < k; ++i) {
+          for (uint32_t c = 0; c < 128; ++c) {
+            if (((labels_[i].a[c >> 6] >> (c & 63)) & 1u) != 0)
+              ascii_label_[c] = static_cast<int8_t>(i);
+          }
+          if (labels_[i].high) high_label_ = static_cast<int8_t>(i);
+        }
+        label_next_.assign(label_states_.size() * k, kNoState);
+        for (size_t q = 0; q < label_states_.size(); ++q) {
+          for (size_t l = 0; l < k; ++l) {
+            const uint32_t next = states.step(label_states_[q], label_rep(labels_[l])) >> 1;
+            if (next != 0) label_next_[q * k + l] = label_local_.at(next);
+          }
+        }
+        return true;
+      }
+    }
+    return false;
+  }
+  bool in_labels(uint32_t cp) const {
+    for (const Label& l : labels_) {
+      if (cp < 128 ? ((l.a[cp >> 6] >> (cp & 63)) & 1u) != 0 : l.high) return true;
+    }
+    return false;
+  }
+
+  // The label trie of labels_ (SharedMasks::label_tries); null when the cache is full.
+  const detail::SharedMasks::LabelTrie* label_trie() {
+    std::vector<uint64_t> key;
+    for (const Label& l : labels_) {
+      key.push_back(l.a[0]);
+      key.push_back(l.a[1]);
+      key.push_back(l.high ? 1 : 0);
+    }
+    detail::SharedMasks& shared = tokens.shared_masks();
+    std::lock_guard<std::mutex> lock(shared.mu);
+    auto it = shared.label_tries.find(key);
+    if (it != shared.label_tries.end() && it->second) return it->second.get();
+    if (shared.label_tries.size() >= detail::SharedMasks::kMaxLabelTries) return nullptr;
+    // Built on the second walk that asks for it: a build looks at every node of C (a few
+    // milliseconds), more than one walk of the trie itself; a partition that only one
+    // context of one schema uses never pays it.
+    if (it == shared.label_tries.end()) {
+      shared.label_tries.emplace(std::move(key), nullptr);
+      return nullptr;
+    }
+    auto lt = build_label_trie();
+    const size_t bytes = lt->memory_bytes();
+    if (shared.bytes + bytes > detail::SharedMasks::kMaxBytes) return nullptr;
+    shared.bytes += bytes;
+    const detail::SharedMasks::LabelTrie* out = lt.get();
+    it->second = std::move(lt);
+    return out;
+  }
+  // One preorder pass over the trie, pruned at code points outside C.
+  std::unique_ptr<detail::SharedMasks::LabelTrie> build_label_trie() const {
+    auto lt = std::make_unique<detail::SharedMasks::LabelTrie>();
+    const auto k = static_cast<uint32_t>(labels_.size());
+    lt->k = k;
+    const int8_t* ascii_label = ascii_label_;
+    const int8_t high_label = high_label_;
+    const auto& trie = tokens.trie();
+    const auto& depth_of = tokens.node_depth();
+    std::vector<uint32_t> at(1, 0);
+    std::vector<uint32_t> node_of;  // per trie token: its label node (0: none)
+    node_of.assign(tokens.trie_tokens().size(), 0);
+    lt->child.assign(k, 0);
+    uint32_t n_nodes = 1;
+    for (uint32_t j = 1; j < trie.size();) {
+      const uint32_t cp = trie[j].cp;
+      const int l = cp < 128 ? ascii_label[cp] : high_label;
+      const uint32_t d = depth_of[j];
+      if (l < 0) {
+        if (d >= 2) lt->exits.push_back({j, at[d - 1]});
+        j = trie[j].end;
+        continue;
+      }
+      const uint32_t u = at[d - 1];
+      uint32_t c = lt->child[size_t{u} * k + static_cast<uint32_t>(l)];
+      if (c == 0) {
+        c = n_nodes++;
+        lt->child.resize(size_t{n_nodes} * k, 0);
+        lt->child[size_t{u} * k + static_cast<uint32_t>(l)] = c;
+      }
+      if (at.size() <= d) at.resize(d + 1u, 0);
+      at[d] = c;
+      for (uint32_t t = trie[j].tok_begin; t < trie[j].tok_end; ++t) node_of[t] = c;
+      ++j;
+    }
+    const auto& tt = tokens.trie_tokens();
+    auto slow = [&](uint32_t t) {
+      return tt[t].partial.n_remain != 0 || tokens.is_control(tt[t].id);
+    };
+    lt->tok_off.assign(n_nodes + 1u, 0);
+    lt->slow_off.assign(n_nodes + 1u, 0);
+    for (uint32_t t = 0; t < node_of.size(); ++t) {
+      if (node_of[t] != 0) ++(slow(t) ? lt->slow_off : lt->tok_off)[node_of[t] + 1];
+    }
+    for (uint32_t u = 0; u < n_nodes; ++u) {
+      lt->tok_off[u + 1] += lt->tok_off[u];
+      lt->slow_off[u + 1] += lt->slow_off[u];
+    }
+    lt->ids.resize(lt->tok_off[n_nodes]);
+    lt->slow.resize(lt->slow_off[n_nodes]);
+    std::vector<uint32_t> fill(lt->tok_off.begin(), lt->tok_off.end() - 1);
+    std::vector<uint32_t> fill_slow(lt->slow_off.begin(), lt->slow_off.end() - 1);
+    for (uint32_t t = 0; t < node_of.size(); ++t) {
+      const uint32_t u = node_of[t];
+      if (u == 0) continue;
+      if (slow(t)) {
+        lt->slow[fill_slow[u]++] = t;
+      } else {
+        lt->ids[fill[u]++] = tt[t].id;
+      }
+    }
+    lt->child.shrink_to_fit();
+    return lt;
+  }
+
+  // The label walk of a context from set0 (see above): the tokens of C* are sorted, and the
+  // nodes where one leaves C walked on. False (nothing done) where it does not apply.
+  // Only for a broad class (a narrow one prunes the walk quickly anyway): printable ASCII
+  // or every code point >= 128.
+  // And only where the runs cannot skip: the run of set0 has no class exits (its class is
+  // narrow, or split so often that its exits would be more than an eighth of the trie: the
+  // hex digits of a `pattern` in a string's characters), where the walk went node by node.
+  bool label_worth(uint32_t set0) {
+    const CharSet& f = states.first(set0);
+    if (printable_count(f.ascii) < kMinExitClassPrintable &&
+        !(states.uniform(set0) && states.takes_high(set0))) {
+      return false;
+    }
+    const WalkStates::Run r = states.run(set0);
+    return r.next == 0 || class_exits(r) == nullptr;
+  }
+  // The label walk on the trie itself: each node one step of the local automaton.
+  void label_trie_walk() {
+    const auto& trie = tokens.trie();
+    const auto& tt = tokens.trie_tokens();
+    const auto& depth_of = tokens.node_depth();
+    const auto k = static_cast<uint32_t>(labels_.size());
+    label_q_at_.assign(1, 0);
+    for (uint32_t j = 1; j < trie.size() && !over_cap;) {
+      const uint32_t cp = trie[j].cp;
+      const int l = cp < 128 ? ascii_label_[cp] : high_label_;
+      const uint32_t d = depth_of[j];
+      if (l < 0) {
+        // Leaves C: walked on from the parent's set (a root child: classify_context's).
+        if (d >= 2) {
+          const uint32_t s = label_states_[label_q_at_[d - 1]];
+          if (states.step(s, cp) != 0) walk_subtree(j, s, d - 1u);
+        }
+        j = trie[j].end;
+        continue;
+      }
+      const uint32_t q = label_next_[size_t{label_q_at_[d - 1]} * k + static_cast<uint32_t>(l)];
+      if (q == kNoState) {
+        j = trie[j].end;
+        continue;
+      }
+      if (label_q_at_.size() <= d) label_q_at_.resize(d + 1u);
+      label_q_at_[d] = q;
+      const uint32_t s = label_states_[q];
+      for (uint32_t x = trie[j].tok_begin; x < trie[j].tok_end; ++x) {
+        const auto& t = tt[x];
+        if (!no_text.empty() && no_text[static_cast<size_t>(t.id)]) continue;
+        if (t.partial.n_remain == 0 || partial_ok(s, t.partial)) accepted.push_back(t.id);
+      }
+      ++j;
+    }
+  }
+  std::vector<uint32_t> label_q_at_{};
+
+  bool label_walk(uint32_t set0) {
+    if (!find_labels(set0)) return false;
+    // Nothing of C goes on from set0: the plain walk stops at the root's children anyway.
+    if (std::all_of(label_next_.begin(), label_next_.begin() + static_cast<long>(labels_.size()),
+                    [](uint32_t q) { return q == kNoState; })) {
+      return false;
+    }
+    const detail::SharedMasks::LabelTrie* lt = label_trie();
+    if (lt == nullptr) {
+      label_trie_walk();
+      return true;
+    }
+    const uint32_t k = lt->k;
+    const auto& tt = tokens.trie_tokens();
+    if (label_set_at_.size() < lt->n_nodes()) label_set_at_.resize(lt->n_nodes(), 0);
+    label_touched_.clear();
+    label_stack_.clear();
+    label_stack_.push_back({0, 0});  // (label node, local state)
+    while (!label_stack_.empty()) {
+      const auto [u, q] = label_stack_.back();
+      label_stack_.pop_back();
+      const uint32_t s = label_states_[q];
+      label_set_at_[u] = s;
+      label_touched_.push_back(u);
+      accepted.insert(accepted.end(), lt->ids.begin() + lt->tok_off[u],
+                      lt->ids.begin() + lt->tok_off[u + 1]);
+      for (uint32_t x = lt->slow_off[u]; x < lt->slow_off[u + 1]; ++x) {
+        const auto& t = tt[lt->slow[x]];
+        if (!no_text.empty() && no_text[static_cast<size_t>(t.id)]) continue;
+        if (t.partial.n_remain == 0 || partial_ok(s, t.partial)) accepted.push_back(t.id);
+      }
+      const uint32_t* next = &label_next_[size_t{q} * k];
+      const uint32_t* kids = &lt->child[size_t{u} * k];
+      for (uint32_t l = k; l-- > 0;) {
+        if (kids[l] != 0 && next[l] != kNoState) label_stack_.push_back({kids[l], next[l]});
+      }
+    }
+    const auto& depth_of = tokens.node_depth();
+    const auto& trie = tokens.trie();
+    for (const auto& [b, u] : lt->exits) {
+      const uint32_t s = label_set_at_[u];
+      // Most exits die at once (a quote where the string may not end yet).
+      if (s == 0 || over_cap || states.step(s, trie[b].cp) == 0) continue;
+      walk_subtree(b, s, depth_of[b] - 1u);
+    }
+    for (uint32_t u : label_touched_) label_set_at_[u] = 0;
+    return true;
+  }
+
+  void walk_subtree(uint32_t first, uint32_t root_set, uint32_t root_depth = 0) {
     const auto& trie = tokens.trie();
     frames.clear();
     todo.clear();
-    frames.push_back(make_frame(root_set, 0, 0, false, false, false));
+    frames.push_back(make_frame(root_set, 0, root_depth, false, false, false));
     todo.push_back({first, 0});
     while (!todo.empty()) {
       const auto [j, f] = todo.back();
@@ -1565,8 +1931,12 @@ struct Classifier {
     // (the cover's) is noted once for an observed walk.
     if (cover_bits != nullptr && obs_base != kNoObserve) note_low(set_low(cover_set));
     const auto& tt = tokens.trie_tokens();
+    // Without a cover, a string whose state is a small automaton over its characters.
+    const bool labelled =
+        cover_bits == nullptr && obs_base == kNoObserve && label_worth(set0) && label_walk(set0);
     auto walk_child = [&](uint32_t j) {
       const auto& node = trie[j];
+      if (labelled && in_labels(node.cp)) return;  // walked by label_walk
       if (cover_bits != nullptr && node.end == j + 1 && in_class(cover_first, node.cp)) {
         bool partial = false;
         for (uint32_t k = node.tok_begin; k < node.tok_end && !partial; ++k) {
