@@ -264,6 +264,11 @@ struct SharedMasks {
   std::vector<std::unique_ptr<const std::vector<uint32_t>>> tokens_up_to;  // guarded by mu
 };
 
+// Builds the per-TokenIndex tables nearly every JSON grammar needs (a string's class tokens
+// and exits, tokens by length, nodes by depth) by computing the masks of a small JSON
+// grammar, so that the first mask of a process does not pay for them (compiler.cpp).
+void warm_shared_tables(const std::shared_ptr<const TokenIndex>& tokens);
+
 // Computes context masks: the vocabulary-trie walk (compiler.cpp). Not thread-safe.
 class ContextClassifier;
 

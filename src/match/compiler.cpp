@@ -2581,6 +2581,17 @@ void CompiledData::add_checked(const std::vector<uint32_t>& positions, const Tok
   checked.emplace(h, Checked{positions, std::vector<Token>(accepted, accepted + n)});
 }
 
+void warm_shared_tables(const std::shared_ptr<const TokenIndex>& tokens) {
+  static const char* const kWarm = R"g(root ::= "{" ws "\"" char* "\"" ws ":" ws value ws "}"
+value ::= "\"" char{0,40} "\"" | "-"? [0-9]+ | "[" ws ("\"" char* "\"" ws)? "]"
+char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
+ws ::= [ \t\n\r]{0,20})g";
+  CompileOptions options;
+  options.eager_ms = -1;
+  options.share_masks = false;  // tables only: no grammar's masks are kept
+  CompiledGrammar::compile(parse_gbnf(kWarm), tokens, options);
+}
+
 const ContextMask* CompiledData::deep_mask(const std::vector<uint32_t>& positions) const {
   std::lock_guard<std::mutex> lock(lazy_mu);
   const ContextMask* known;

@@ -112,6 +112,7 @@ std::shared_ptr<const TokenIndex> TokenIndex::build(const llama_vocab* vocab) {
     idx->control_[static_cast<size_t>(t)] = llama_vocab_is_control(vocab, t) ? 1 : 0;
   }
   idx->finish();
+  detail::warm_shared_tables(idx);
   idx->build_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return idx;
