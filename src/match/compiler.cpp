@@ -2283,10 +2283,12 @@ class ContextClassifier {
       }
       for (Token t : cl_.accepted) bitmask_set(cm->accepted_bits.data(), t);
     } else {
-      cm->accepted_ids.reserve(base.accepted_ids.size() + cl_.accepted.size());
-      cm->accepted_ids = base.accepted_ids;
-      cm->accepted_ids.insert(cm->accepted_ids.end(), cl_.accepted.begin(), cl_.accepted.end());
-      sort_ids(cm->accepted_ids);
+      // The base's ids are sorted and the chain's few are others (they were uncertain in
+      // the base): sorted alone and merged, instead of sorting them all again.
+      sort_ids(cl_.accepted);
+      cm->accepted_ids.resize(base.accepted_ids.size() + cl_.accepted.size());
+      std::merge(base.accepted_ids.begin(), base.accepted_ids.end(), cl_.accepted.begin(),
+                 cl_.accepted.end(), cm->accepted_ids.begin());
     }
     cm->uncertain_ids = cl_.uncertain;  // still in trie order
     return cm;
