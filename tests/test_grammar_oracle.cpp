@@ -605,8 +605,8 @@ cell ::= [^|\n]{1,28})g",
 // Label walks: strings whose state is a small automaton over their characters (a hex
 // `pattern` with a length, as the JSON Schema converter writes it; a search pattern; a
 // marker inside `.{0,n}`; escapes inside a bounded string) are decided by label sequences
-// instead of code points. Each grammar is compiled and walked four times: the first walk of
-// a partition goes through the trie itself, later ones through its label trie.
+// along a label trie instead of code points along the trie. Each grammar is compiled and
+// walked four times (masks on first use, and all at compile time).
 TEST_P(Oracle, LabelWalksMasksEqual) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";

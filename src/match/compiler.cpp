@@ -1488,10 +1488,10 @@ struct Classifier {
   // first-use mask). When the sets reachable from a context's start through a class C of
   // code points treat C as k <= kMaxLabels labels (every member's character set is a union
   // of labels, and no code point of C leaves the context), a token of C* is decided by its
-  // sequence of labels alone. The walk runs a local automaton (sets x labels) along the trie
-  // (first use of a partition), or along the partition's label trie (SharedMasks::LabelTrie,
-  // built on the second use: a few thousand to tens of thousands of nodes where the trie has
-  // hundreds of thousands), and then walks on only from the trie nodes where a token leaves
+  // sequence of labels alone. The walk runs a local automaton (sets x labels) along the
+  // partition's label trie (SharedMasks::LabelTrie, built on the partition's first use and
+  // shared: a few thousand to tens of thousands of nodes where the trie has hundreds of
+  // thousands), and then walks on only from the trie nodes where a token leaves
   // C, each from the set its labels reached. A set that would split C into more labels is
   // cut off by dropping the rarest label on its way from the start (a backslash before `u`,
   // not the `u`); a label on which a set leaves the context is dropped from C.
@@ -1662,21 +1662,14 @@ struct Classifier {
     detail::SharedMasks& shared = tokens.shared_masks();
     std::lock_guard<std::mutex> lock(shared.mu);
     auto it = shared.label_tries.find(key);
-    if (it != shared.label_tries.end() && it->second) return it->second.get();
+    if (it != shared.label_tries.end()) return it->second.get();
     if (shared.label_tries.size() >= detail::SharedMasks::kMaxLabelTries) return nullptr;
-    // Built on the second walk that asks for it: a build looks at every node of C (a few
-    // milliseconds), more than one walk of the trie itself; a partition that only one
-    // context of one schema uses never pays it.
-    if (it == shared.label_tries.end()) {
-      shared.label_tries.emplace(std::move(key), nullptr);
-      return nullptr;
-    }
     auto lt = build_label_trie();
     const size_t bytes = lt->memory_bytes();
     if (shared.bytes + bytes > detail::SharedMasks::kMaxBytes) return nullptr;
     shared.bytes += bytes;
     const detail::SharedMasks::LabelTrie* out = lt.get();
-    it->second = std::move(lt);
+    shared.label_tries.emplace(std::move(key), std::move(lt));
     return out;
   }
   // One preorder pass over the trie, pruned at code points outside C.
@@ -1760,43 +1753,6 @@ struct Classifier {
     const WalkStates::Run r = states.run(set0);
     return r.next == 0 || class_exits(r) == nullptr;
   }
-  // The label walk on the trie itself: each node one step of the local automaton.
-  void label_trie_walk() {
-    const auto& trie = tokens.trie();
-    const auto& tt = tokens.trie_tokens();
-    const auto& depth_of = tokens.node_depth();
-    const auto k = static_cast<uint32_t>(labels_.size());
-    label_q_at_.assign(1, 0);
-    for (uint32_t j = 1; j < trie.size() && !over_cap;) {
-      const uint32_t cp = trie[j].cp;
-      const int l = cp < 128 ? ascii_label_[cp] : high_label_;
-      const uint32_t d = depth_of[j];
-      if (l < 0) {
-        // Leaves C: walked on from the parent's set (a root child: classify_context's).
-        if (d >= 2) {
-          const uint32_t s = label_states_[label_q_at_[d - 1]];
-          if (states.step(s, cp) != 0) walk_subtree(j, s, d - 1u);
-        }
-        j = trie[j].end;
-        continue;
-      }
-      const uint32_t q = label_next_[size_t{label_q_at_[d - 1]} * k + static_cast<uint32_t>(l)];
-      if (q == kNoState) {
-        j = trie[j].end;
-        continue;
-      }
-      if (label_q_at_.size() <= d) label_q_at_.resize(d + 1u);
-      label_q_at_[d] = q;
-      const uint32_t s = label_states_[q];
-      for (uint32_t x = trie[j].tok_begin; x < trie[j].tok_end; ++x) {
-        const auto& t = tt[x];
-        if (!no_text.empty() && no_text[static_cast<size_t>(t.id)]) continue;
-        if (t.partial.n_remain == 0 || partial_ok(s, t.partial)) accepted.push_back(t.id);
-      }
-      ++j;
-    }
-  }
-  std::vector<uint32_t> label_q_at_{};
 
   bool label_walk(uint32_t set0) {
     if (!find_labels(set0)) return false;
@@ -1806,10 +1762,7 @@ struct Classifier {
       return false;
     }
     const detail::SharedMasks::LabelTrie* lt = label_trie();
-    if (lt == nullptr) {
-      label_trie_walk();
-      return true;
-    }
+    if (lt == nullptr) return false;
     const uint32_t k = lt->k;
     const auto& tt = tokens.trie_tokens();
     if (label_set_at_.size() < lt->n_nodes()) label_set_at_.resize(lt->n_nodes(), 0);
