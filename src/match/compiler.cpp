@@ -739,6 +739,22 @@ struct Classifier {
   };
   std::vector<Frame> frames{}, path{};
   std::vector<std::pair<uint32_t, uint32_t>> todo{};  // (trie node, parent frame)
+  // The eager budget (compile_impl): a walk is abandoned (detail::WalkAbandoned) once the
+  // clock passes `deadline`, read every kDeadlineStride trie nodes, or after `nodes_left`
+  // nodes (tests). Off on first use.
+  static constexpr uint32_t kDeadlineStride = 1024;
+  bool has_deadline = false;
+  Clock::time_point deadline{};
+  uint64_t nodes_left = UINT64_MAX;
+  uint32_t stride_left = kDeadlineStride;
+  void tick() {
+    if (!has_deadline) return;
+    if (--nodes_left == 0) throw detail::WalkAbandoned{};
+    if (--stride_left == 0) {
+      stride_left = kDeadlineStride;
+      if (Clock::now() >= deadline) throw detail::WalkAbandoned{};
+    }
+  }
   uint32_t after_end = 0;           // set: the stacks returned to when the context ends
   bool exit_any = false;            // leaving the context makes every longer token uncertain
   size_t uncertain_cap = SIZE_MAX;  // a walk stops (over_cap) with more uncertain tokens
@@ -1579,6 +1595,7 @@ struct Classifier {
     const uint32_t* prev = nullptr;
     size_t prev_n = 0;
     for (Token t : ids) {
+      tick();
       size_t n;
       const uint32_t* cps = tokens.code_points(t, &n);
       size_t l = 0;
@@ -1608,6 +1625,7 @@ struct Classifier {
     frames.push_back(make_frame(root_set, 0, 0, false, false, false));
     todo.push_back({first, 0});
     while (!todo.empty()) {
+      tick();
       const auto [j, f] = todo.back();
       todo.pop_back();
       const Frame parent = frames[f];
@@ -1744,6 +1762,16 @@ class ContextClassifier {
       if (d.g.elems[p].kind == detail::kRef) callers_[d.g.elems[p].arg].push_back(p);
     }
   }
+
+  // Walks from here on are abandoned at `deadline` or after `max_nodes` trie nodes
+  // (Classifier::tick); clear_deadline() turns that off again.
+  void set_deadline(Clock::time_point deadline, uint64_t max_nodes) {
+    cl_.has_deadline = true;
+    cl_.deadline = deadline;
+    cl_.nodes_left = max_nodes;
+    cl_.stride_left = Classifier::kDeadlineStride;
+  }
+  void clear_deadline() { cl_.has_deadline = false; }
 
   std::unique_ptr<ContextMask> compute(uint32_t n) {
     const StackPool& pool = d_.contexts;
@@ -2512,10 +2540,27 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
   // Masks computed now, within the eager budget (every one when it is negative); the rest
   // on first use. Limits found now are errors; limits found later fall back to checking
   // tokens one by one.
+  // A walk still running when the budget ends is abandoned: nothing of it is kept (what it
+  // memoized on the way, parse-state steps and complete prefix masks, holds regardless).
   const bool all = options.eager_ms < 0;
+  if (!all) {
+    const uint64_t nodes = detail::test_eager_walk_nodes.load();
+    // (A budget of days is no deadline: the clock's nanoseconds would overflow.)
+    d.classifier->set_deadline(
+        options.eager_ms < 1e9
+            ? t0 + std::chrono::duration_cast<Clock::duration>(
+                       std::chrono::duration<double, std::milli>(options.eager_ms))
+            : Clock::time_point::max(),
+        nodes != 0 ? nodes : UINT64_MAX);
+  }
   for (uint32_t n = 1; n < n_nodes && (all || ms_since(t0) < options.eager_ms); ++n) {
     if (!d.has_mask[n]) continue;
-    auto cm = d.classifier->compute(n);
+    std::unique_ptr<detail::ContextMask> cm;
+    try {
+      cm = d.classifier->compute(n);
+    } catch (const detail::WalkAbandoned&) {
+      break;
+    }
     if (cm->uncertain_ids.size() > d.deep_threshold()) d.keep_classifier = true;
     d.masks_bytes_ += cm->memory_bytes();
     d.slots[n].store(cm.get(), std::memory_order_relaxed);
@@ -2530,7 +2575,11 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
                               " bytes (CompileOptions::max_memory_bytes)");
     }
   }
-  if (d.n_computed_ == d.n_masked_ && !d.keep_classifier) d.classifier.reset();
+  if (d.n_computed_ == d.n_masked_ && !d.keep_classifier) {
+    d.classifier.reset();
+  } else {
+    d.classifier->clear_deadline();
+  }
   d.compile_ms = ms_since(t0);
   return cg;
 }
