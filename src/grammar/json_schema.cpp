@@ -1063,6 +1063,10 @@ class Converter {
   json all_of(const json& a, const json& b) {
     if (a.is_boolean() && a.get<bool>()) return b;
     if (b.is_boolean() && b.get<bool>()) return a;
+    // Nothing satisfies false, whatever the other side: kept as an allOf, a property made
+    // false by two branches of a discriminator nested one allOf per later branch, and every
+    // alternative expanded the chain again (minecraft-predicate: 2,806 products, 120 ms).
+    if (a.is_boolean() || b.is_boolean()) return json(false);
     if (a == b) return a;
     if (value_only(a) && value_only(b) && !(a.contains("not") && b.contains("not")))
       return merge(a, b, "");
