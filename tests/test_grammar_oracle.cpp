@@ -681,6 +681,47 @@ char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g",
   EXPECT_GT(stats.steps, grammars.size() * 3);
 }
 
+// The eager budget runs out in the middle of a mask's walk (forced after a given number of
+// trie nodes: the clock cannot be stopped there on demand): the walk is abandoned, nothing
+// of it is kept or shared, and its context and the rest are computed on first use. Masks
+// before and after must be llama.cpp's, with prefix masks shared across the compiles.
+TEST_P(Oracle, EagerBudgetAbandonedWalkMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::vector<std::string> grammars = {
+      kKeyValueGrammar,
+      R"g(root ::= "\"" char* "\""
+char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g",
+      R"g(root ::= "the" " " ("in" | "ing" | "a" [a-z]{0,3}) ("\n" root)?)g",
+      R"g(root ::= line ("\n" line){0,8}
+line ::= [^\n]{1,40})g"};
+  struct Hook {
+    explicit Hook(uint64_t n) { detail::test_eager_walk_nodes = n; }
+    ~Hook() { detail::test_eager_walk_nodes = 0; }
+  };
+  CompileOptions options;
+  options.eager_ms = 1e6;  // only the forced end stops the eager masks
+  WalkStats stats;
+  uint64_t seed = 7070;
+  size_t abandoned = 0;
+  for (const std::string& gbnf : grammars) {
+    SCOPED_TRACE(gbnf);
+    for (uint64_t nodes : {1, 40, 600}) {
+      std::shared_ptr<const CompiledGrammar> cg;
+      {
+        Hook hook(nodes);
+        cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
+      }
+      if (cg->n_contexts_computed() < cg->n_contexts()) ++abandoned;
+      for (int k = 0; k < 2; ++k) walk(fx, gbnf, 10, seed++, stats, cg);
+    }
+  }
+  std::printf("[oracle] %s abandoned eager walks: %zu compiles of %zu, %zu steps compared\n",
+              GetParam().c_str(), abandoned, grammars.size() * 3, stats.steps);
+  EXPECT_GE(abandoned, grammars.size() * 2);
+  EXPECT_GT(stats.steps, grammars.size() * 6);
+}
+
 // Matchers of one compiled grammar share the run-time checks of the stacks they meet (by
 // the stack's positions). Texts that reach one same top position above different stacks
 // (a word inside "(" or "[", at several depths), each walked by a new matcher of one

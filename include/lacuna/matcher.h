@@ -89,7 +89,7 @@ class CompiledGrammar {
   CompiledGrammar() = default;
   static std::shared_ptr<const CompiledGrammar> compile_impl(
       const Grammar& grammar, std::shared_ptr<const TokenIndex> token_index,
-      const CompileOptions& options, int boundaries, std::chrono::steady_clock::time_point t0);
+      const CompileOptions& options, std::chrono::steady_clock::time_point t0);
   std::unique_ptr<detail::CompiledData> data_;
 };
 

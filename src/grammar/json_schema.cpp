@@ -592,14 +592,19 @@ class Converter {
     if (s->contains("not")) not_alts = negate((*s)["not"], 0);
     if (!has_ref && !has_all && !has_any && !has_one && !has_dep && !has_if && !not_alts)
       return {s};
-    json rest = *s;
-    rest.erase("$ref");
-    rest.erase("allOf");
-    rest.erase("anyOf");
-    rest.erase("oneOf");
-    for (const char* k : {"dependencies", "dependentRequired", "dependentSchemas"}) rest.erase(k);
-    for (const char* k : {"if", "then", "else"}) rest.erase(k);
-    if (not_alts) rest.erase("not");
+    // The rest copied without the combinators: copying the whole schema and erasing them
+    // copied every nested allOf below again at each level (a chain of allOf built by merging
+    // properties: 0.6 s of one schema's conversion).
+    json rest = json::object();
+    for (auto it = s->begin(); it != s->end(); ++it) {
+      const std::string& k = it.key();
+      if (k == "$ref" || k == "allOf" || k == "anyOf" || k == "oneOf" || k == "dependencies" ||
+          k == "dependentRequired" || k == "dependentSchemas" || k == "if" || k == "then" ||
+          k == "else" || (not_alts && k == "not")) {
+        continue;
+      }
+      rest[k] = it.value();
+    }
     // The schema's own keywords first, so its property order leads.
     std::vector<const json*> acc = {store(std::move(rest))};
     if (has_ref) {
@@ -1016,12 +1021,56 @@ class Converter {
     return true;
   }
 
+  // Both schemas allow only listed values (const or enum) and no value is in both lists: nothing
+  // satisfies both, whatever their other keywords say. Merging two branches of a
+  // discriminator (`if` name is "a" `then` ..., `if` name is "b" ...) then finds the property
+  // unsatisfiable and drops the branch; kept as an allOf, every pair of branches survived and
+  // the alternatives doubled per `if` (128 copies of the schema and past the limit in one
+  // schema: 0.6 s, its later `if`s left unenforced).
+  static bool disjoint_values(const json& a, const json& b) {
+    const std::optional<json> la = allowed_values(a, 0), lb = allowed_values(b, 0);
+    if (!la || !lb) return false;
+    for (const json& x : *la) {
+      if (std::find(lb->begin(), lb->end(), x) != lb->end()) return false;
+    }
+    return true;
+  }
+  // The values a schema allows as a list, when it lists them (const, enum, or an allOf whose
+  // parts do: their intersection); nullopt when it does not.
+  static std::optional<json> allowed_values(const json& x, int depth) {
+    if (!x.is_object()) return std::nullopt;
+    if (auto it = x.find("const"); it != x.end()) return json::array({*it});
+    if (auto it = x.find("enum"); it != x.end() && it->is_array()) return *it;
+    auto all = x.find("allOf");
+    if (all == x.end() || !all->is_array() || depth >= 8) return std::nullopt;
+    std::optional<json> out;
+    for (const json& part : *all) {
+      std::optional<json> v = allowed_values(part, depth + 1);
+      if (!v) continue;
+      if (!out) {
+        out = std::move(v);
+        continue;
+      }
+      json both = json::array();
+      for (const json& y : *out) {
+        if (std::find(v->begin(), v->end(), y) != v->end()) both.push_back(y);
+      }
+      out = std::move(both);
+    }
+    return out;
+  }
+
   json all_of(const json& a, const json& b) {
     if (a.is_boolean() && a.get<bool>()) return b;
     if (b.is_boolean() && b.get<bool>()) return a;
+    // Nothing satisfies false, whatever the other side: kept as an allOf, a property made
+    // false by two branches of a discriminator nested one allOf per later branch, and every
+    // alternative expanded the chain again (minecraft-predicate: 2,806 products, 120 ms).
+    if (a.is_boolean() || b.is_boolean()) return json(false);
     if (a == b) return a;
     if (value_only(a) && value_only(b) && !(a.contains("not") && b.contains("not")))
       return merge(a, b, "");
+    if (disjoint_values(a, b)) return json(false);
     return json{{"allOf", json::array({a, b})}};
   }
 

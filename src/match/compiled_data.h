@@ -272,6 +272,13 @@ void warm_shared_tables(const std::shared_ptr<const TokenIndex>& tokens);
 // Computes context masks: the vocabulary-trie walk (compiler.cpp). Not thread-safe.
 class ContextClassifier;
 
+// Thrown out of a mask walk at compile time once the eager budget (CompileOptions::eager_ms)
+// is spent: nothing of the walk is kept, and the context's mask is left to its first use.
+struct WalkAbandoned {};
+// Tests only: when nonzero, compile's eager masks stop after this many trie nodes walked, as
+// if the budget ran out there (the budget's clock cannot be stopped mid-walk on demand).
+inline std::atomic<uint64_t> test_eager_walk_nodes{0};
+
 struct CompiledData {
   CompiledData();
   ~CompiledData();

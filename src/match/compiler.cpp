@@ -3,6 +3,7 @@
 // context as accepted / rejected / uncertain by one walk of the vocabulary trie, at compile
 // time or on the context's first use.
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -60,7 +61,18 @@ RangeSet charset_ranges(const CharSet& cs) {
 void flatten(const Grammar& grammar, const TokenIndex* tokens, const CompileOptions& opt,
              GrammarTables& g) {
   const auto& rules = grammar.rules();
-  std::map<std::tuple<bool, bool, std::vector<std::pair<uint32_t, uint32_t>>>, uint32_t> cs_ids;
+  // Character sets as written, by a hash of their ranges: the elements each set was made
+  // from (a std::map keyed by the range lists was 40% of compiling a large schema grammar,
+  // most of its elements single characters of property names).
+  std::unordered_multimap<uint64_t, std::pair<const GrammarElement*, uint32_t>> cs_ids;
+  auto cs_hash = [](const GrammarElement& el) {
+    uint64_t h = 1469598103934665603ull ^ (el.any ? 1u : 0u) ^ (el.negated ? 2u : 0u);
+    for (const auto& cr : el.ranges) {
+      h = (h ^ cr.lo) * 1099511628211ull;
+      h = (h ^ cr.hi) * 1099511628211ull;
+    }
+    return h;
+  };
   g.rule_alt_begin.push_back(0);
   for (uint32_t r = 0; r < rules.size(); ++r) {
     const GrammarRule& rule = rules[r];
@@ -72,15 +84,20 @@ void flatten(const Grammar& grammar, const TokenIndex* tokens, const CompileOpti
         Elem e{detail::kEnd, 0};
         switch (el.kind) {
           case GrammarElement::Kind::kChars: {
-            std::vector<std::pair<uint32_t, uint32_t>> key;
-            for (const auto& cr : el.ranges) key.push_back({cr.lo, cr.hi});
-            auto k = std::make_tuple(el.any, el.negated, key);
-            auto it = cs_ids.find(k);
-            if (it == cs_ids.end()) {
-              it = cs_ids.emplace(k, static_cast<uint32_t>(g.charsets.size())).first;
+            const uint64_t h = cs_hash(el);
+            uint32_t id = UINT32_MAX;
+            for (auto [it, end] = cs_ids.equal_range(h); it != end && id == UINT32_MAX; ++it) {
+              const GrammarElement& seen = *it->second.first;
+              if (seen.any == el.any && seen.negated == el.negated && seen.ranges == el.ranges) {
+                id = it->second.second;
+              }
+            }
+            if (id == UINT32_MAX) {
+              id = static_cast<uint32_t>(g.charsets.size());
+              cs_ids.emplace(h, std::make_pair(&el, id));
               g.charsets.push_back(detail::make_charset(el.any, el.negated, el.ranges));
             }
-            e = {detail::kChars, it->second};
+            e = {detail::kChars, id};
             break;
           }
           case GrammarElement::Kind::kRuleRef:
@@ -129,23 +146,13 @@ void flatten(const Grammar& grammar, const TokenIndex* tokens, const CompileOpti
   g.root = grammar.root();
 }
 
-// Boundary rules: every rule in a strongly connected component of the call graph that
-// has a call inside the component which pushes a return address (so stacks can grow
-// without bound through it). Per rule (kRules), every user-written rule too; with
-// kRulesButSmall, except the rules that reach at most kSmallRule positions in all (a
-// character class with its escapes, an enum, an integer): as a context of its own such a
-// rule is left by nearly every token, and each stack there then needs a whole-stack walk.
-enum Boundaries : int { kInline = 0, kRulesButSmall = 1, kRules = 2 };
-constexpr uint32_t kSmallRule = 32;
-void mark_boundaries(GrammarTables& g, int mode) {
-  const uint32_t nr = static_cast<uint32_t>(g.rule_alt_begin.size() - 1);
-  std::vector<std::vector<std::pair<uint32_t, bool>>> calls(nr);  // (callee, pushes)
-  for (uint32_t p = 0; p + 1 < g.elems.size(); ++p) {
-    if (g.elems[p].kind != detail::kRef) continue;
-    calls[g.elem_rule[p]].push_back({g.elems[p].arg, g.elems[p + 1].kind != detail::kEnd});
-  }
-  // Iterative Tarjan.
-  std::vector<uint32_t> index(nr, UINT32_MAX), low(nr, 0), comp(nr, UINT32_MAX);
+// Strongly connected components of a call graph (callee, pushes) by iterative Tarjan: the
+// component of each rule in comp; a component is numbered after every component it calls.
+uint32_t strong_components(const std::vector<std::vector<std::pair<uint32_t, bool>>>& calls,
+                           std::vector<uint32_t>& comp) {
+  const uint32_t nr = static_cast<uint32_t>(calls.size());
+  std::vector<uint32_t> index(nr, UINT32_MAX), low(nr, 0);
+  comp.assign(nr, UINT32_MAX);
   std::vector<uint32_t> stack;
   std::vector<uint8_t> on_stack(nr, 0);
   std::vector<std::pair<uint32_t, size_t>> work;
@@ -184,6 +191,26 @@ void mark_boundaries(GrammarTables& g, int mode) {
       if (!work.empty()) low[work.back().first] = std::min(low[work.back().first], low[done]);
     }
   }
+  return n_comp;
+}
+
+// Boundary rules: every rule in a strongly connected component of the call graph that
+// has a call inside the component which pushes a return address (so stacks can grow
+// without bound through it). Per rule (kRules), every user-written rule too; with
+// kRulesButSmall, except the rules that reach at most kSmallRule positions in all (a
+// character class with its escapes, an enum, an integer): as a context of its own such a
+// rule is left by nearly every token, and each stack there then needs a whole-stack walk.
+enum Boundaries : int { kInline = 0, kRulesButSmall = 1, kRules = 2 };
+constexpr uint32_t kSmallRule = 32;
+void mark_boundaries(GrammarTables& g, int mode) {
+  const uint32_t nr = static_cast<uint32_t>(g.rule_alt_begin.size() - 1);
+  std::vector<std::vector<std::pair<uint32_t, bool>>> calls(nr);  // (callee, pushes)
+  for (uint32_t p = 0; p + 1 < g.elems.size(); ++p) {
+    if (g.elems[p].kind != detail::kRef) continue;
+    calls[g.elem_rule[p]].push_back({g.elems[p].arg, g.elems[p + 1].kind != detail::kEnd});
+  }
+  std::vector<uint32_t> comp;
+  const uint32_t n_comp = strong_components(calls, comp);
   std::vector<uint8_t> comp_grows(n_comp, 0);
   for (uint32_t r = 0; r < nr; ++r) {
     for (auto [callee, pushes] : calls[r]) {
@@ -220,6 +247,115 @@ void mark_boundaries(GrammarTables& g, int mode) {
         mode != kInline && !g.rule_generated[r] && !(mode == kRulesButSmall && small);
     g.rule_boundary[r] = comp_grows[comp[r]] || own_context;
   }
+}
+
+// The number of nodes the context closure in compile_impl makes for the boundaries marked
+// in g (the empty stack included), counted without making them: more than `limit` once the
+// count passes it, kCountUnknown when the sets below would grow past a budget (the closure
+// then finds out by itself).
+//
+// A position of a boundary rule has one node, (position, empty stack). A position of any
+// other rule has one node per *base* of its rule: a parent its frames start on. The bases of
+// a rule come in disjoint blocks: the empty stack (the root's frames); per call that is not a
+// tail call, the nodes after the call (one per base of the caller: one when the caller is a
+// boundary); per tail call from a boundary rule, its end marker. A tail call from another rule
+// passes on the caller's blocks. Rules that are not boundaries call each other without
+// pushing only along tail calls, so their components are taken callers first and each one's
+// blocks are the union of its own and its tail callers'. Deciding the context mode this way
+// instead of trying the closure in each mode saved the failed tries: 1,327 of 8,485 dev-set
+// schemas fell back from inlined contexts, and the tries were 56% of the set's compile time.
+constexpr uint64_t kCountUnknown = UINT64_MAX;
+uint64_t count_contexts(const GrammarTables& g, const std::vector<uint8_t>& reachable,
+                        uint64_t limit) {
+  const uint32_t nr = static_cast<uint32_t>(g.rule_alt_begin.size() - 1);
+  const auto& bnd = g.rule_boundary;
+  std::vector<uint64_t> npos(nr, 0);
+  std::vector<std::vector<uint32_t>> sites(nr);  // calls of each rule that is not a boundary
+  std::vector<std::vector<std::pair<uint32_t, bool>>> calls(nr);  // among such rules
+  for (uint32_t p = 0; p < g.elems.size(); ++p) {
+    const Elem& e = g.elems[p];
+    if (e.kind != detail::kEnd) ++npos[g.elem_rule[p]];
+    if (e.kind != detail::kRef || bnd[e.arg]) continue;
+    sites[e.arg].push_back(p);
+    if (!bnd[g.elem_rule[p]]) calls[g.elem_rule[p]].push_back({e.arg, false});
+  }
+  uint64_t total = 1;
+  auto add = [&](uint64_t n, uint64_t m) {  // total += n * m, saturating past the limit
+    if (n != 0 && m > (limit + 1 - std::min(total, limit + 1)) / n) {
+      total = limit + 1;
+    } else {
+      total += n * m;
+    }
+  };
+  for (uint32_t r = 0; r < nr; ++r) {
+    if (bnd[r] && reachable[r]) add(npos[r], 1);
+  }
+  std::vector<uint32_t> comp;
+  const uint32_t n_comp = strong_components(calls, comp);
+  std::vector<uint32_t> comp_begin(n_comp + 1, 0), members(nr);
+  for (uint32_t r = 0; r < nr; ++r) ++comp_begin[comp[r] + 1];
+  for (uint32_t k = 0; k < n_comp; ++k) comp_begin[k + 1] += comp_begin[k];
+  {
+    std::vector<uint32_t> fill(comp_begin.begin(), comp_begin.end() - 1);
+    for (uint32_t r = 0; r < nr; ++r) members[fill[comp[r]]++] = r;
+  }
+  // Blocks by id: 0 the empty stack, p + 1 the call at p.
+  std::vector<uint64_t> bases(nr, 0);
+  auto block_size = [&](uint32_t id) -> uint64_t {
+    if (id == 0) return 1;
+    const uint32_t r = g.elem_rule[id - 1];
+    return bnd[r] ? 1 : bases[r];
+  };
+  std::vector<std::vector<uint32_t>> blocks(n_comp);
+  size_t budget = 4 * g.elems.size() + (size_t{1} << 16);
+  for (uint32_t k = n_comp; k-- > 0;) {  // callers first
+    std::vector<uint32_t>& set = blocks[k];
+    for (uint32_t i = comp_begin[k]; i < comp_begin[k + 1]; ++i) {
+      const uint32_t c = members[i];
+      if (bnd[c]) continue;
+      if (c == g.root) set.push_back(0);
+      for (uint32_t p : sites[c]) {
+        const uint32_t r = g.elem_rule[p];
+        const bool tail = g.elems[p + 1].kind == detail::kEnd;
+        if (bnd[r]) {
+          if (reachable[r]) set.push_back(p + 1);
+          continue;
+        }
+        if (comp[r] == k) {
+          if (!tail) return kCountUnknown;  // a pushing cycle: not the shape assumed above
+          continue;
+        }
+        if (bases[r] == 0) continue;  // the caller has no nodes
+        if (!tail) {
+          set.push_back(p + 1);
+        } else {
+          const auto& from = blocks[comp[r]];
+          if (from.size() > budget) return kCountUnknown;
+          budget -= from.size();
+          set.insert(set.end(), from.begin(), from.end());
+        }
+      }
+    }
+    std::sort(set.begin(), set.end());
+    set.erase(std::unique(set.begin(), set.end()), set.end());
+    uint64_t b = 0;
+    for (uint32_t id : set) b = std::min(b + block_size(id), limit + 1);
+    for (uint32_t i = comp_begin[k]; i < comp_begin[k + 1]; ++i) {
+      const uint32_t c = members[i];
+      if (bnd[c]) continue;
+      bases[c] = b;
+      add(npos[c], b);
+    }
+    if (total > limit) return limit + 1;
+  }
+  // End markers: a tail call from a reachable boundary rule into a rule that is not one.
+  for (uint32_t c = 0; c < nr; ++c) {
+    for (uint32_t p : sites[c]) {
+      const uint32_t r = g.elem_rule[p];
+      if (bnd[r] && reachable[r] && g.elems[p + 1].kind == detail::kEnd) add(1, 1);
+    }
+  }
+  return total;
 }
 
 // Interned sets of chains and memoized transitions, shared by all context walks.
@@ -619,6 +755,22 @@ struct Classifier {
   };
   std::vector<Frame> frames{}, path{};
   std::vector<std::pair<uint32_t, uint32_t>> todo{};  // (trie node, parent frame)
+  // The eager budget (compile_impl): a walk is abandoned (detail::WalkAbandoned) once the
+  // clock passes `deadline`, read every kDeadlineStride trie nodes, or after `nodes_left`
+  // nodes (tests). Off on first use.
+  static constexpr uint32_t kDeadlineStride = 1024;
+  bool has_deadline = false;
+  Clock::time_point deadline{};
+  uint64_t nodes_left = UINT64_MAX;
+  uint32_t stride_left = kDeadlineStride;
+  void tick() {
+    if (!has_deadline) return;
+    if (--nodes_left == 0) throw detail::WalkAbandoned{};
+    if (--stride_left == 0) {
+      stride_left = kDeadlineStride;
+      if (Clock::now() >= deadline) throw detail::WalkAbandoned{};
+    }
+  }
   uint32_t after_end = 0;           // set: the stacks returned to when the context ends
   bool exit_any = false;            // leaving the context makes every longer token uncertain
   size_t uncertain_cap = SIZE_MAX;  // a walk stops (over_cap) with more uncertain tokens
@@ -1459,6 +1611,7 @@ struct Classifier {
     const uint32_t* prev = nullptr;
     size_t prev_n = 0;
     for (Token t : ids) {
+      tick();
       size_t n;
       const uint32_t* cps = tokens.code_points(t, &n);
       size_t l = 0;
@@ -1807,6 +1960,7 @@ struct Classifier {
     frames.push_back(make_frame(root_set, 0, root_depth, false, false, false));
     todo.push_back({first, 0});
     while (!todo.empty()) {
+      tick();
       const auto [j, f] = todo.back();
       todo.pop_back();
       const Frame parent = frames[f];
@@ -1947,6 +2101,16 @@ class ContextClassifier {
       if (d.g.elems[p].kind == detail::kRef) callers_[d.g.elems[p].arg].push_back(p);
     }
   }
+
+  // Walks from here on are abandoned at `deadline` or after `max_nodes` trie nodes
+  // (Classifier::tick); clear_deadline() turns that off again.
+  void set_deadline(Clock::time_point deadline, uint64_t max_nodes) {
+    cl_.has_deadline = true;
+    cl_.deadline = deadline;
+    cl_.nodes_left = max_nodes;
+    cl_.stride_left = Classifier::kDeadlineStride;
+  }
+  void clear_deadline() { cl_.has_deadline = false; }
 
   std::unique_ptr<ContextMask> compute(uint32_t n) {
     const StackPool& pool = d_.contexts;
@@ -2571,58 +2735,21 @@ const ContextMask* CompiledData::deep_mask(const std::vector<uint32_t>& position
 
 CompiledGrammar::~CompiledGrammar() = default;
 
-namespace {
-struct InlineTooLarge {};
-}  // namespace
-
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(
     const Grammar& grammar, std::shared_ptr<const TokenIndex> token_index,
     const CompileOptions& options) {
   const auto t0 = Clock::now();
   grammar.validate();
-  // Too many chains across rules: one context per rule frame, first with the small rules
-  // still inlined, then every written rule on its own.
-  for (int mode = options.inline_rules ? kInline : kRulesButSmall; mode < kRules; ++mode) {
-    if (mode == kRulesButSmall && !options.inline_small_rules) continue;
-    try {
-      return compile_impl(grammar, token_index, options, mode, t0);
-    } catch (const InlineTooLarge&) {
-    }
-  }
-  return compile_impl(grammar, token_index, options, kRules, t0);
+  return compile_impl(grammar, token_index, options, t0);
 }
 
-std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
-    const Grammar& grammar, std::shared_ptr<const TokenIndex> token_index,
-    const CompileOptions& options, int boundaries, std::chrono::steady_clock::time_point t0) {
-  std::shared_ptr<CompiledGrammar> cg(new CompiledGrammar());
-  cg->data_ = std::make_unique<CompiledData>();
-  CompiledData& d = *cg->data_;
-  d.options = options;
-  d.tokens = token_index;
-  flatten(grammar, token_index.get(), options, d.g);
-  mark_boundaries(d.g, boundaries);
-  d.contexts = StackPool(&d.g, nullptr, true);
-  if (!token_index) {
-    d.compile_ms = ms_since(t0);
-    return cg;
-  }
-  const TokenIndex& tokens = *token_index;
-  const size_t n_vocab = tokens.n_vocab();
-  if (!options.special_tokens_as_text) {
-    if (!tokens.control_tokens().empty()) {
-      d.no_text.assign(n_vocab, 0);
-      for (Token t : tokens.control_tokens()) d.no_text[static_cast<size_t>(t)] = 1;
-    }
-  }
-  // Every context chain: start from every position, close under successors.
-  StackPool& pool = d.contexts;
-  // Schema grammars have about ten contexts per grammar position: room for them up front
-  // instead of growing the node list and rehashing the table as they come.
-  pool.reserve(std::min<size_t>(8 * d.g.elems.size(),
-                                std::min(options.max_contexts, options.max_inline_contexts)));
-  // Seeds: the initial stacks, and every position of a boundary rule (a chain bottom).
-  const auto& g = d.g;
+namespace {
+
+// Every context chain of the grammar in pool: start from the root's alternatives and every
+// position of a reachable boundary rule, close under successors. False when the pool passes
+// `limit` nodes.
+bool close_contexts(const GrammarTables& g, const std::vector<uint8_t>& reachable, size_t limit,
+                    StackPool& pool) {
   // Every node the pool reaches is stepped once below, one call or one terminal at a time,
   // so a seed only needs its own node.
   auto seed = [&](uint32_t pos) {
@@ -2630,22 +2757,6 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
   };
   for (uint32_t a = g.rule_alt_begin[g.root]; a < g.rule_alt_begin[g.root + 1]; ++a) {
     seed(g.alt_starts[a]);
-  }
-  // Rules the root cannot reach have no contexts worth a walk.
-  std::vector<uint8_t> reachable(g.rule_alt_begin.size() - 1, 0);
-  std::vector<uint32_t> rq{g.root};
-  reachable[g.root] = 1;
-  while (!rq.empty()) {
-    const uint32_t r = rq.back();
-    rq.pop_back();
-    for (uint32_t a = g.rule_alt_begin[r]; a < g.rule_alt_begin[r + 1]; ++a) {
-      for (uint32_t p = g.alt_starts[a]; g.elems[p].kind != detail::kEnd; ++p) {
-        if (g.elems[p].kind == detail::kRef && !reachable[g.elems[p].arg]) {
-          reachable[g.elems[p].arg] = 1;
-          rq.push_back(g.elems[p].arg);
-        }
-      }
-    }
   }
   for (uint32_t p = 0; p < g.elems.size(); ++p) {
     if (g.elems[p].kind == detail::kEnd || !g.rule_boundary[g.elem_rule[p]] ||
@@ -2671,11 +2782,83 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
     } else if (g.elems[pos + 1].kind != detail::kEnd) {
       pool.make(pos + 1, pool.parent(n));
     }
-    if (boundaries != kRules &&
-        pool.size() > std::min(options.max_contexts, options.max_inline_contexts)) {
-      throw InlineTooLarge{};
+    if (pool.size() > limit) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
+    const Grammar& grammar, std::shared_ptr<const TokenIndex> token_index,
+    const CompileOptions& options, std::chrono::steady_clock::time_point t0) {
+  std::shared_ptr<CompiledGrammar> cg(new CompiledGrammar());
+  cg->data_ = std::make_unique<CompiledData>();
+  CompiledData& d = *cg->data_;
+  d.options = options;
+  d.tokens = token_index;
+  flatten(grammar, token_index.get(), options, d.g);
+  const auto& g = d.g;
+  int mode = options.inline_rules ? kInline : kRulesButSmall;
+  if (mode == kRulesButSmall && !options.inline_small_rules) mode = kRules;
+  if (!token_index) {
+    mark_boundaries(d.g, mode);
+    d.contexts = StackPool(&d.g, nullptr, true);
+    d.compile_ms = ms_since(t0);
+    return cg;
+  }
+  const TokenIndex& tokens = *token_index;
+  const size_t n_vocab = tokens.n_vocab();
+  if (!options.special_tokens_as_text) {
+    if (!tokens.control_tokens().empty()) {
+      d.no_text.assign(n_vocab, 0);
+      for (Token t : tokens.control_tokens()) d.no_text[static_cast<size_t>(t)] = 1;
     }
-    if (pool.size() > options.max_contexts) {
+  }
+  // Rules the root cannot reach have no contexts worth a walk.
+  std::vector<uint8_t> reachable(g.rule_alt_begin.size() - 1, 0);
+  std::vector<uint32_t> rq{g.root};
+  reachable[g.root] = 1;
+  while (!rq.empty()) {
+    const uint32_t r = rq.back();
+    rq.pop_back();
+    for (uint32_t a = g.rule_alt_begin[r]; a < g.rule_alt_begin[r + 1]; ++a) {
+      for (uint32_t p = g.alt_starts[a]; g.elems[p].kind != detail::kEnd; ++p) {
+        if (g.elems[p].kind == detail::kRef && !reachable[g.elems[p].arg]) {
+          reachable[g.elems[p].arg] = 1;
+          rq.push_back(g.elems[p].arg);
+        }
+      }
+    }
+  }
+  // Too many chains across rules: one context per rule frame, first with the small rules
+  // still inlined, then every written rule on its own. The contexts of each mode are
+  // counted first (count_contexts), so only the mode that fits is closed.
+  StackPool& pool = d.contexts;
+  for (;; ++mode) {
+    if (mode == kRulesButSmall && !options.inline_small_rules) continue;
+    mark_boundaries(d.g, mode);
+    const size_t limit = mode == kRules
+                             ? options.max_contexts
+                             : std::min(options.max_contexts, options.max_inline_contexts);
+    const uint64_t counted =
+        count_contexts(g, reachable, std::min<uint64_t>(limit, uint64_t{1} << 62));
+    if (counted == kCountUnknown || counted <= limit) {
+      pool = StackPool(&d.g, nullptr, true);
+      // Room for every node up front instead of growing the node list and rehashing the
+      // table as they come (when not counted: schema grammars have about ten contexts per
+      // grammar position).
+      pool.reserve(
+          counted != kCountUnknown
+              ? counted
+              : std::min<size_t>(8 * g.elems.size(),
+                                 std::min(options.max_contexts, options.max_inline_contexts)));
+      if (close_contexts(g, reachable, limit, pool)) {
+        assert(counted == kCountUnknown || counted == pool.size());
+        break;
+      }
+    }
+    if (mode == kRules) {
       throw GrammarLimitError("grammar too large: more than " +
                               std::to_string(options.max_contexts) +
                               " grammar contexts (CompileOptions::max_contexts)");
@@ -2709,10 +2892,27 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
   // Masks computed now, within the eager budget (every one when it is negative); the rest
   // on first use. Limits found now are errors; limits found later fall back to checking
   // tokens one by one.
+  // A walk still running when the budget ends is abandoned: nothing of it is kept (what it
+  // memoized on the way, parse-state steps and complete prefix masks, holds regardless).
   const bool all = options.eager_ms < 0;
+  if (!all) {
+    const uint64_t nodes = detail::test_eager_walk_nodes.load();
+    // (A budget of days is no deadline: the clock's nanoseconds would overflow.)
+    d.classifier->set_deadline(
+        options.eager_ms < 1e9
+            ? t0 + std::chrono::duration_cast<Clock::duration>(
+                       std::chrono::duration<double, std::milli>(options.eager_ms))
+            : Clock::time_point::max(),
+        nodes != 0 ? nodes : UINT64_MAX);
+  }
   for (uint32_t n = 1; n < n_nodes && (all || ms_since(t0) < options.eager_ms); ++n) {
     if (!d.has_mask[n]) continue;
-    auto cm = d.classifier->compute(n);
+    std::unique_ptr<detail::ContextMask> cm;
+    try {
+      cm = d.classifier->compute(n);
+    } catch (const detail::WalkAbandoned&) {
+      break;
+    }
     if (cm->uncertain_ids.size() > d.deep_threshold()) d.keep_classifier = true;
     d.masks_bytes_ += cm->memory_bytes();
     d.slots[n].store(cm.get(), std::memory_order_relaxed);
@@ -2727,7 +2927,11 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
                               " bytes (CompileOptions::max_memory_bytes)");
     }
   }
-  if (d.n_computed_ == d.n_masked_ && !d.keep_classifier) d.classifier.reset();
+  if (d.n_computed_ == d.n_masked_ && !d.keep_classifier) {
+    d.classifier.reset();
+  } else {
+    d.classifier->clear_deadline();
+  }
   d.compile_ms = ms_since(t0);
   return cg;
 }
