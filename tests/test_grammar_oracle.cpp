@@ -667,15 +667,22 @@ TEST_P(Oracle, LimitFallbackMasksEqual) {
 char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g",
       R"g(root ::= ("é" | [日-本] | [a-z ])+ ("!" | "日本"))g",
       R"g(root ::= "the" " " ("in" | "ing" | "a" [a-z]{0,3}) ("\n" root)?)g"};
-  CompileOptions options;
-  options.eager_ms = 0;
-  options.max_walk_states = 1;
+  // On first use (max_walk_states), and at compile time, where a context out of the
+  // limits is left to the same check instead of failing the compile (max_mask_set_stacks).
+  CompileOptions lazy;
+  lazy.eager_ms = 0;
+  lazy.max_walk_states = 1;
+  CompileOptions eager;
+  eager.eager_ms = -1;
+  eager.max_mask_set_stacks = 1;
   WalkStats stats;
   uint64_t seed = 6060;
   for (const std::string& gbnf : grammars) {
     SCOPED_TRACE(gbnf);
-    auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
-    for (int k = 0; k < 3; ++k) walk(fx, gbnf, 10, seed++, stats, cg);
+    for (const CompileOptions& options : {lazy, eager}) {
+      auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
+      for (int k = 0; k < 3; ++k) walk(fx, gbnf, 10, seed++, stats, cg);
+    }
   }
   std::printf("[oracle] %s limit fallbacks: %zu steps compared\n", GetParam().c_str(), stats.steps);
   EXPECT_GT(stats.steps, grammars.size() * 3);

@@ -28,8 +28,15 @@ struct CompileOptions {
   // Grammar contexts (stack chains). The closure costs well under a microsecond and about
   // 50 bytes per context: the bound is a fraction of a second and about 50 MB.
   size_t max_contexts = 1000000;
-  size_t max_walk_states = 100000;     // parse-state sets during precomputation, and stacks in one
-                                       // (64x that in all sets)
+  size_t max_walk_states = 100000;  // parse-state sets during precomputation, and stacks in one
+                                    // (64x that in all sets)
+  // Stacks in one parse-state set while a context's mask is computed (at most
+  // max_walk_states). Past it the context gets no mask: the matcher checks its stacks'
+  // tokens against the real stack, in one walk of the vocabulary trie (exact). A context
+  // whose walk reaches this many stacks (a large recursive schema's value, where every
+  // rule the value may return to is followed past the context's end) spent hundreds of
+  // milliseconds on the way to max_walk_states.
+  size_t max_mask_set_stacks = 16384;
   double max_compile_ms = 30000;       // wall time for compile()
   size_t max_memory_bytes = 1u << 30;  // precomputed tables
   size_t max_stacks = 20000;           // parse stacks alive at once in a matcher

@@ -386,7 +386,8 @@ class WalkStates {
     if (members.size() > max_members_ || data_.size() + members.size() > 64 * max_members_) {
       throw GrammarLimitError(
           "grammar too ambiguous: more than " + std::to_string(max_members_) +
-          " parse stacks in one state while precomputing masks (CompileOptions::max_walk_states)");
+          " parse stacks in one state while precomputing masks (CompileOptions::max_walk_states, "
+          "max_mask_set_stacks)");
     }
     if (id > max_states_) {
       throw GrammarLimitError(
@@ -2077,7 +2078,8 @@ class ContextClassifier {
   explicit ContextClassifier(const CompiledData& d)
       : d_(d),
         walk_pool_(&d.g, nullptr, false),
-        states_(walk_pool_, d.g, d.options.max_walk_states, d.options.max_walk_states),
+        states_(walk_pool_, d.g, d.options.max_walk_states,
+                std::min(d.options.max_walk_states, d.options.max_mask_set_stacks)),
         cl_{.tokens = *d.tokens,
             .g = d.g,
             .pool = walk_pool_,
@@ -2912,6 +2914,10 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
       cm = d.classifier->compute(n);
     } catch (const detail::WalkAbandoned&) {
       break;
+    } catch (const GrammarLimitError&) {
+      // Out of the walk's limits: left to the run-time check of the stacks, as on first use.
+      d.failed[n] = 1;
+      continue;
     }
     if (cm->uncertain_ids.size() > d.deep_threshold()) d.keep_classifier = true;
     d.masks_bytes_ += cm->memory_bytes();
