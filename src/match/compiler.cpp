@@ -1827,7 +1827,7 @@ struct Classifier {
     return out;
   }
   // One preorder pass over the trie, pruned at code points outside C.
-  std::unique_ptr<detail::SharedMasks::LabelTrie> build_label_trie() const {
+  std::unique_ptr<detail::SharedMasks::LabelTrie> build_label_trie() {
     auto lt = std::make_unique<detail::SharedMasks::LabelTrie>();
     const auto k = static_cast<uint32_t>(labels_.size());
     lt->k = k;
@@ -1841,6 +1841,7 @@ struct Classifier {
     lt->child.assign(k, 0);
     uint32_t n_nodes = 1;
     for (uint32_t j = 1; j < trie.size();) {
+      tick();  // (an eager walk past its budget is abandoned here too: nothing is kept)
       const uint32_t cp = trie[j].cp;
       const int l = cp < 128 ? ascii_label[cp] : high_label;
       const uint32_t d = depth_of[j];
@@ -1919,11 +1920,15 @@ struct Classifier {
     if (lt == nullptr) return false;
     const uint32_t k = lt->k;
     const auto& tt = tokens.trie_tokens();
-    if (label_set_at_.size() < lt->n_nodes()) label_set_at_.resize(lt->n_nodes(), 0);
+    // Cleared here, not only at the end: an eager walk past its budget leaves by an
+    // exception (WalkAbandoned) with some entries set.
+    for (uint32_t u : label_touched_) label_set_at_[u] = 0;
     label_touched_.clear();
+    if (label_set_at_.size() < lt->n_nodes()) label_set_at_.resize(lt->n_nodes(), 0);
     label_stack_.clear();
     label_stack_.push_back({0, 0});  // (label node, local state)
     while (!label_stack_.empty()) {
+      tick();
       const auto [u, q] = label_stack_.back();
       label_stack_.pop_back();
       const uint32_t s = label_states_[q];
