@@ -1281,19 +1281,24 @@ struct Classifier {
       if (sit != shared.exits.end()) {
         out = sit->second.get();
       } else if (shared.exits.size() < detail::SharedMasks::kMaxExitClasses) {
-        if (budget != SIZE_MAX && exits_build_nodes(r) > budget) return nullptr;
+        if (budget != SIZE_MAX &&
+            class_nodes({{~r.ascii[0], ~r.ascii[1]}, !r.non_ascii}) > budget) {
+          return nullptr;
+        }
         out = build_class_exits(key, r, shared);
       }
     }
     exit_cache_.emplace(key, out);
     return out;
   }
-  // The nodes build_class_exits looks at: those whose code point is outside the class.
-  size_t exits_build_nodes(const WalkStates::Run& r) const {
+  // The trie nodes at depth two or more whose code point is in the class (through the
+  // token index's code-point groups): what build_class_exits looks at for the complement of
+  // a run's class, and how rare a label is (find_labels).
+  size_t class_nodes(const detail::SharedMasks::ClassKey& cls) const {
     const auto& goff = tokens.cp_group_offsets();
     size_t n = 0;
     for (uint32_t g = 0; g <= 128; ++g) {
-      if (!(g < 128 ? in_run_class(r, g) : r.non_ascii)) n += goff[g + 1] - goff[g];
+      if (g < 128 ? in_class(cls, g) : cls.non_ascii) n += goff[g + 1] - goff[g];
     }
     return n;
   }
@@ -1649,40 +1654,30 @@ struct Classifier {
   // C, each from the set its labels reached. A set that would split C into more labels is
   // cut off by dropping the rarest label on its way from the start (a backslash before `u`,
   // not the `u`); a label on which a set leaves the context is dropped from C.
-  struct Label {
-    uint64_t a[2];  // ASCII code points
-    bool high;      // every code point >= 128
-  };
+  // A label: its ASCII code points, and whether it holds every code point >= 128.
+  using Label = detail::SharedMasks::ClassKey;
   static constexpr size_t kMaxLabels = 8;
   static constexpr size_t kMaxLabelSets = 1024;
   static constexpr int kMaxLabelRounds = 32;
   std::vector<Label> labels_{};
   static constexpr uint32_t kNoState = 0xFFFFFFFFu;
-  std::vector<uint32_t> label_states_{}, label_next_{};  // local automaton of find_labels
-  std::unordered_map<uint32_t, uint32_t> label_local_{};
-  int8_t ascii_label_[128] = {};  // the label of each ASCII code point (-1: outside C)
-  int8_t high_label_ = -1;        // the label of the code points >= 128
+  // The sets reachable from set0 through C, with the label each was first entered by: the
+  // local automaton's states (state q is label_queue_[q].first) and label_next_[q * k + l].
   std::vector<std::pair<uint32_t, Label>> label_queue_{};
-  std::unordered_map<uint32_t, uint8_t> label_seen_{};
+  std::unordered_map<uint32_t, uint32_t> label_state_of_{};  // set -> its local state
+  std::vector<uint32_t> label_next_{};
   std::vector<uint32_t> label_set_at_{}, label_touched_{};
   std::vector<std::pair<uint32_t, uint32_t>> label_stack_{};
 
   std::vector<size_t> label_parent_{};  // per queued set: the one it was entered from
-  // The trie nodes (at depth two or more) whose code point is in the label.
-  size_t label_nodes(const Label& l) const {
-    const auto& goff = tokens.cp_group_offsets();
-    size_t n = 0;
-    for (uint32_t g = 0; g <= 128; ++g) {
-      if (g < 128 ? ((l.a[g >> 6] >> (g & 63)) & 1u) != 0 : l.high) n += goff[g + 1] - goff[g];
-    }
-    return n;
-  }
   static uint32_t label_rep(const Label& l) {
-    if (l.a[0] != 0) return static_cast<uint32_t>(__builtin_ctzll(l.a[0]));
-    if (l.a[1] != 0) return 64u + static_cast<uint32_t>(__builtin_ctzll(l.a[1]));
+    if (l.ascii[0] != 0) return static_cast<uint32_t>(__builtin_ctzll(l.ascii[0]));
+    if (l.ascii[1] != 0) return 64u + static_cast<uint32_t>(__builtin_ctzll(l.ascii[1]));
     return 0x100;
   }
-  static bool label_empty(const Label& l) { return l.a[0] == 0 && l.a[1] == 0 && !l.high; }
+  static bool label_empty(const Label& l) {
+    return l.ascii[0] == 0 && l.ascii[1] == 0 && !l.non_ascii;
+  }
   // Splits every label by the code points the set `cs` holds (its code points >= 128 alike).
   void refine_labels(const CharSet& cs) {
     uint64_t in[2];
@@ -1695,24 +1690,24 @@ struct Classifier {
     const size_t n = labels_.size();
     for (size_t i = 0; i < n; ++i) {
       const Label l = labels_[i];
-      const Label inside{{l.a[0] & in[0], l.a[1] & in[1]}, l.high && high_in};
-      const Label outside{{l.a[0] & ~in[0], l.a[1] & ~in[1]}, l.high && !high_in};
+      const Label inside{{l.ascii[0] & in[0], l.ascii[1] & in[1]}, l.non_ascii && high_in};
+      const Label outside{{l.ascii[0] & ~in[0], l.ascii[1] & ~in[1]}, l.non_ascii && !high_in};
       if (label_empty(inside) || label_empty(outside)) continue;
       labels_[i] = inside;
       labels_.push_back(outside);
     }
   }
-  // Finds C and its labels from set0 (labels_, and the automaton on them: label_states_,
+  // Finds C and its labels from set0 (labels_, and the automaton on them: label_queue_,
   // label_next_); false where none fits.
   bool find_labels(uint32_t set0) {
     Label excl{{0, 0}, false};
     for (int round = 0; round < kMaxLabelRounds; ++round) {
-      labels_.assign(1, Label{{~excl.a[0], ~excl.a[1]}, !excl.high});
+      labels_.assign(1, Label{{~excl.ascii[0], ~excl.ascii[1]}, !excl.non_ascii});
       label_queue_.clear();
-      label_seen_.clear();
+      label_state_of_.clear();
       label_queue_.push_back({set0, Label{{0, 0}, false}});
       label_parent_.assign(1, 0);
-      label_seen_.emplace(set0, 1);
+      label_state_of_.emplace(set0, 0);
       bool again = false;
       for (size_t qi = 0; qi < label_queue_.size() && !again; ++qi) {
         const uint32_t s = label_queue_[qi].first;
@@ -1722,7 +1717,7 @@ struct Classifier {
         Label in{{0, 0}, false};
         size_t in_nodes = SIZE_MAX;
         for (size_t x = qi; x != 0; x = label_parent_[x]) {
-          const size_t nodes = label_nodes(label_queue_[x].second);
+          const size_t nodes = class_nodes(label_queue_[x].second);
           if (nodes < in_nodes) {
             in = label_queue_[x].second;
             in_nodes = nodes;
@@ -1731,9 +1726,9 @@ struct Classifier {
         // Leaves C: the label this set was entered by, or fails at the context's start.
         auto drop = [&](const Label& l) {
           if (label_empty(l)) return false;
-          excl.a[0] |= l.a[0];
-          excl.a[1] |= l.a[1];
-          excl.high = excl.high || l.high;
+          excl.ascii[0] |= l.ascii[0];
+          excl.ascii[1] |= l.ascii[1];
+          excl.non_ascii = excl.non_ascii || l.non_ascii;
           again = true;
           return true;
         };
@@ -1760,8 +1755,9 @@ struct Classifier {
             break;
           }
           const uint32_t next = v >> 1;
-          if (next != 0 && label_seen_.emplace(next, 1).second) {
-            if (label_seen_.size() > kMaxLabelSets) return false;
+          if (next != 0 &&
+              label_state_of_.emplace(next, static_cast<uint32_t>(label_queue_.size())).second) {
+            if (label_state_of_.size() > kMaxLabelSets) return false;
             label_queue_.push_back({next, l});
             label_parent_.push_back(qi);
           }
@@ -1771,26 +1767,11 @@ struct Classifier {
         if (labels_.size() == 1 && label_empty(labels_[0])) return false;
         // The automaton on local states (0: set0): label_next_[q * k + l].
         const size_t k = labels_.size();
-        label_states_.clear();
-        label_local_.clear();
-        for (const auto& [s, in] : label_queue_) {
-          label_local_.emplace(s, static_cast<uint32_t>(label_states_.size()));
-          label_states_.push_back(s);
-        }
-        for (uint32_t c = 0; c < 128; ++c) ascii_label_[c] = -1;
-        high_label_ = -1;
-        for (size_t i = 0; i < k; ++i) {
-          for (uint32_t c = 0; c < 128; ++c) {
-            if (((labels_[i].a[c >> 6] >> (c & 63)) & 1u) != 0)
-              ascii_label_[c] = static_cast<int8_t>(i);
-          }
-          if (labels_[i].high) high_label_ = static_cast<int8_t>(i);
-        }
-        label_next_.assign(label_states_.size() * k, kNoState);
-        for (size_t q = 0; q < label_states_.size(); ++q) {
+        label_next_.assign(label_queue_.size() * k, kNoState);
+        for (size_t q = 0; q < label_queue_.size(); ++q) {
           for (size_t l = 0; l < k; ++l) {
-            const uint32_t next = states.step(label_states_[q], label_rep(labels_[l])) >> 1;
-            if (next != 0) label_next_[q * k + l] = label_local_.at(next);
+            const uint32_t next = states.step(label_queue_[q].first, label_rep(labels_[l])) >> 1;
+            if (next != 0) label_next_[q * k + l] = label_state_of_.at(next);
           }
         }
         return true;
@@ -1799,19 +1780,17 @@ struct Classifier {
     return false;
   }
   bool in_labels(uint32_t cp) const {
-    for (const Label& l : labels_) {
-      if (cp < 128 ? ((l.a[cp >> 6] >> (cp & 63)) & 1u) != 0 : l.high) return true;
-    }
-    return false;
+    return std::any_of(labels_.begin(), labels_.end(),
+                       [&](const Label& l) { return in_class(l, cp); });
   }
 
   // The label trie of labels_ (SharedMasks::label_tries); null when the cache is full.
   const detail::SharedMasks::LabelTrie* label_trie() {
     std::vector<uint64_t> key;
     for (const Label& l : labels_) {
-      key.push_back(l.a[0]);
-      key.push_back(l.a[1]);
-      key.push_back(l.high ? 1 : 0);
+      key.push_back(l.ascii[0]);
+      key.push_back(l.ascii[1]);
+      key.push_back(l.non_ascii ? 1 : 0);
     }
     detail::SharedMasks& shared = tokens.shared_masks();
     std::lock_guard<std::mutex> lock(shared.mu);
@@ -1831,8 +1810,15 @@ struct Classifier {
     auto lt = std::make_unique<detail::SharedMasks::LabelTrie>();
     const auto k = static_cast<uint32_t>(labels_.size());
     lt->k = k;
-    const int8_t* ascii_label = ascii_label_;
-    const int8_t high_label = high_label_;
+    int8_t ascii_label[128];
+    int8_t high_label = -1;
+    std::fill(ascii_label, ascii_label + 128, int8_t{-1});
+    for (uint32_t i = 0; i < k; ++i) {
+      for (uint32_t c = 0; c < 128; ++c) {
+        if (in_class(labels_[i], c)) ascii_label[c] = static_cast<int8_t>(i);
+      }
+      if (labels_[i].non_ascii) high_label = static_cast<int8_t>(i);
+    }
     const auto& trie = tokens.trie();
     const auto& depth_of = tokens.node_depth();
     std::vector<uint32_t> at(1, 0);
@@ -1920,8 +1906,8 @@ struct Classifier {
     if (lt == nullptr) return false;
     const uint32_t k = lt->k;
     const auto& tt = tokens.trie_tokens();
-    // Cleared here, not only at the end: an eager walk past its budget leaves by an
-    // exception (WalkAbandoned) with some entries set.
+    // The previous walk's entries, cleared at the start (an eager walk past its budget
+    // leaves by an exception, WalkAbandoned, with some set).
     for (uint32_t u : label_touched_) label_set_at_[u] = 0;
     label_touched_.clear();
     if (label_set_at_.size() < lt->n_nodes()) label_set_at_.resize(lt->n_nodes(), 0);
@@ -1931,7 +1917,7 @@ struct Classifier {
       tick();
       const auto [u, q] = label_stack_.back();
       label_stack_.pop_back();
-      const uint32_t s = label_states_[q];
+      const uint32_t s = label_queue_[q].first;
       label_set_at_[u] = s;
       label_touched_.push_back(u);
       accepted.insert(accepted.end(), lt->ids.begin() + lt->tok_off[u],
@@ -1955,7 +1941,6 @@ struct Classifier {
       if (s == 0 || over_cap || states.step(s, trie[b].cp) == 0) continue;
       walk_subtree(b, s, depth_of[b] - 1u);
     }
-    for (uint32_t u : label_touched_) label_set_at_[u] = 0;
     return true;
   }
 
