@@ -691,6 +691,72 @@ TEST_P(Oracle, LimitFallbackMasksEqual) {
   EXPECT_GT(stats.steps, grammars.size() * 6);
 }
 
+// A context whose walk past its end would step many stacks (a rule called from hundreds of
+// places) leaves the tokens that leave it uncertain, or, where that is too many of them,
+// gets no mask and its stacks whole-stack masks (the bound forced down to no stacks, so
+// that every context with somewhere to go past its end takes that way, and the cap on
+// uncertain tokens down to 6, so that most of them then get no mask); and the walk states are
+// forgotten when they fill up (max_walk_states forced low, so that it happens every few walks).
+// Lazily and at compile time: masks must be llama.cpp's.
+TEST_P(Oracle, LeaveUncertainAndStateResetsMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::vector<std::string> grammars = {kKeyValueGrammar, kJsonStringGrammar, kWordsGrammar,
+                                             R"g(root ::= "[" ws (item (ws "," ws item)*)? ws "]"
+item ::= "{" ws "\"id\"" ws ":" ws num ws ("," ws "\"tag\"" ws ":" ws str ws)? "}" | num | str
+num ::= "-"? [0-9]{1,6}
+str ::= "\"" [^"\\]{0,12} "\""
+ws ::= [ \n]{0,3})g"};
+  struct Hook {
+    explicit Hook(size_t cap) {
+      detail::test_max_after_stacks = 0;
+      detail::test_leave_cap = cap;
+    }
+    ~Hook() {
+      detail::test_max_after_stacks = -1;
+      detail::test_leave_cap = 0;
+    }
+  };
+  // Per-rule contexts: a context of each rule, which goes on past its end to its callers.
+  CompileOptions lazy;
+  lazy.eager_ms = 0;
+  lazy.inline_rules = false;
+  lazy.inline_small_rules = false;
+  CompileOptions eager = lazy;
+  eager.eager_ms = -1;
+  CompileOptions resets = lazy;
+  resets.max_walk_states = 48;
+  const uint64_t leave0 = detail::test_walk_counters.leave_walks.load();
+  const uint64_t none0 = detail::test_walk_counters.no_mask.load();
+  const uint64_t resets0 = detail::test_walk_counters.state_resets.load();
+  WalkStats stats;
+  uint64_t seed = 8080;
+  for (const std::string& gbnf : grammars) {
+    SCOPED_TRACE(gbnf);
+    for (const CompileOptions& options : {lazy, eager}) {
+      for (size_t cap : {size_t{0}, size_t{6}}) {  // the default cap, and one few stay under
+        Hook hook(cap);
+        auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
+        for (int k = 0; k < 2; ++k) walk(fx, gbnf, 10, seed++, stats, cg);
+      }
+    }
+    auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, resets);
+    for (int k = 0; k < 3; ++k) walk(fx, gbnf, 10, seed++, stats, cg);
+  }
+  const uint64_t leave = detail::test_walk_counters.leave_walks.load() - leave0;
+  const uint64_t none = detail::test_walk_counters.no_mask.load() - none0;
+  const uint64_t reset = detail::test_walk_counters.state_resets.load() - resets0;
+  std::printf(
+      "[oracle] %s leave-uncertain walks %llu, contexts without a mask %llu, state "
+      "resets %llu: %zu steps compared\n",
+      GetParam().c_str(), static_cast<unsigned long long>(leave),
+      static_cast<unsigned long long>(none), static_cast<unsigned long long>(reset), stats.steps);
+  EXPECT_GT(leave, grammars.size());
+  EXPECT_GT(none, 0u);
+  EXPECT_GT(reset, 0u);
+  EXPECT_GT(stats.steps, grammars.size() * 9);
+}
+
 // The eager budget runs out in the middle of a mask's walk (forced after a given number of
 // trie nodes: the clock cannot be stopped there on demand): the walk is abandoned, nothing
 // of it is kept or shared, and its context and the rest are computed on first use. Masks

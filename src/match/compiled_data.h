@@ -2,6 +2,7 @@
 // sets, persistent parse-stack pools and the per-context token classification tables.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -32,6 +33,63 @@ inline uint64_t hash_ids(const uint32_t* ids, size_t n) {
   for (size_t i = 0; i < n; ++i) h = (h ^ ids[i]) * 1099511628211ull;
   return h;
 }
+
+// Dense ids for sequences of ids, stored end to end and found by hash: the interned sets of
+// a context walk, the signatures of the grammar's class refinement.
+class IdSeqs {
+ public:
+  static constexpr uint32_t kNone = 0xFFFFFFFFu;
+  size_t size() const { return spans_.size(); }
+  size_t total() const { return data_.size(); }  // ids stored, over all sequences
+  // The id of [ids, ids + n) with hash h (hash_ids), or kNone when it has none yet.
+  uint32_t find(const uint32_t* ids, size_t n, uint64_t h) const {
+    if (slots_.empty()) return kNone;
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = slot_of(h) & mask;; i = (i + 1) & mask) {
+      const uint32_t v = slots_[i];
+      if (v == 0) return kNone;
+      const uint32_t id = v - 1;
+      const auto [off, len] = spans_[id];
+      if (hashes_[id] == h && len == n && std::equal(ids, ids + n, data_.begin() + off)) return id;
+    }
+  }
+  // Adds a sequence find() does not know.
+  uint32_t add(const uint32_t* ids, size_t n, uint64_t h) {
+    const uint32_t id = static_cast<uint32_t>(spans_.size());
+    spans_.push_back({static_cast<uint32_t>(data_.size()), static_cast<uint32_t>(n)});
+    data_.insert(data_.end(), ids, ids + n);
+    hashes_.push_back(h);
+    if (spans_.size() * 2 > slots_.size()) {
+      slots_.assign(std::max<size_t>(16, slots_.size() * 2), 0);
+      for (uint32_t k = 0; k <= id; ++k) place(k);
+    } else {
+      place(id);
+    }
+    return id;
+  }
+  uint32_t intern(const std::vector<uint32_t>& ids) {
+    const uint64_t h = hash_ids(ids.data(), ids.size());
+    const uint32_t id = find(ids.data(), ids.size(), h);
+    return id != kNone ? id : add(ids.data(), ids.size(), h);
+  }
+  const uint32_t* at(uint32_t id, uint32_t* n) const {
+    *n = spans_[id].second;
+    return data_.data() + spans_[id].first;
+  }
+
+ private:
+  static size_t slot_of(uint64_t h) { return static_cast<size_t>(h ^ (h >> 31)); }
+  void place(uint32_t id) {
+    const size_t mask = slots_.size() - 1;
+    size_t i = slot_of(hashes_[id]) & mask;
+    while (slots_[i] != 0) i = (i + 1) & mask;
+    slots_[i] = id + 1;
+  }
+  std::vector<std::pair<uint32_t, uint32_t>> spans_;  // (offset, length) in data_
+  std::vector<uint32_t> data_;
+  std::vector<uint64_t> hashes_;  // by id
+  std::vector<uint32_t> slots_;   // open addressing: id + 1, 0 empty; at most half full
+};
 
 // A set of code points with llama.cpp's matching semantics (including partial sequences).
 struct CharSet {
@@ -278,6 +336,18 @@ struct WalkAbandoned {};
 // Tests only: when nonzero, compile's eager masks stop after this many trie nodes walked, as
 // if the budget ran out there (the budget's clock cannot be stopped mid-walk on demand).
 inline std::atomic<uint64_t> test_eager_walk_nodes{0};
+// Tests only: when not negative, the number of stacks past a context's end above which its
+// walk leaves the tokens that leave it uncertain (ContextClassifier::compute; otherwise
+// 256); when nonzero, the number of such tokens past which the context gets no mask
+// (otherwise a 32nd of the vocabulary).
+inline std::atomic<int64_t> test_max_after_stacks{-1};
+inline std::atomic<size_t> test_leave_cap{0};
+// Tests only: context walks in that mode, contexts left without a mask of their own, and
+// resets of the walk states (ContextClassifier::reset_states_if_full), counted.
+struct WalkCounters {
+  std::atomic<uint64_t> leave_walks{0}, no_mask{0}, state_resets{0};
+};
+inline WalkCounters test_walk_counters;
 
 struct CompiledData {
   CompiledData();

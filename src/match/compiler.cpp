@@ -363,27 +363,45 @@ class WalkStates {
  public:
   WalkStates(StackPool& pool, const GrammarTables& g, size_t max_states, size_t max_members)
       : pool_(pool), g_(g), max_states_(max_states), max_members_(max_members) {
-    sets_.push_back({0, 0});  // set 0: empty
+    sets_.add(nullptr, 0, 0);  // set 0: empty
     ascii_.assign(128, kUnset);
   }
 
+  size_t n_sets() const { return sets_.size(); }
+  // Forgets every set (ids start again; only the per-character-set tables stay), so that a
+  // grammar whose walks keep making sets is bounded per walk rather than over its life.
+  void reset() {
+    sets_ = detail::IdSeqs();
+    sets_.add(nullptr, 0, 0);
+    ascii_.assign(128, kUnset);
+    other_.clear();
+    uniform_.clear();
+    firsts_.clear();
+    first_done_.clear();
+    first_ptr_.clear();
+    for (auto& runs : runs_by_mode_) runs.clear();
+    for (auto& state : run_state_by_mode_) state.clear();
+  }
+
+  // The number of stacks in a set.
+  uint32_t size(uint32_t set) const {
+    uint32_t n;
+    sets_.at(set, &n);
+    return n;
+  }
   uint32_t intern(std::vector<uint32_t>& members) {
     std::sort(members.begin(), members.end());
     members.erase(std::unique(members.begin(), members.end()), members.end());
     if (members.empty()) return 0;
     const uint64_t h = detail::hash_ids(members.data(), members.size());
-    auto range = index_.equal_range(h);
-    for (auto it = range.first; it != range.second; ++it) {
-      const auto& s = sets_[it->second];
-      if (s.second == members.size() &&
-          std::equal(members.begin(), members.end(), data_.begin() + s.first)) {
-        return it->second;
-      }
+    if (const uint32_t known = sets_.find(members.data(), members.size(), h);
+        known != detail::IdSeqs::kNone) {
+      return known;
     }
     const uint32_t id = static_cast<uint32_t>(sets_.size());
     // Ambiguous grammars (a repetition of something that may itself repeat) can make the
     // sets grow exponentially with the length of a token: bound their size too.
-    if (members.size() > max_members_ || data_.size() + members.size() > 64 * max_members_) {
+    if (members.size() > max_members_ || sets_.total() + members.size() > 64 * max_members_) {
       throw GrammarLimitError(
           "grammar too ambiguous: more than " + std::to_string(max_members_) +
           " parse stacks in one state while precomputing masks (CompileOptions::max_walk_states, "
@@ -394,9 +412,7 @@ class WalkStates {
           "grammar too ambiguous: more than " + std::to_string(max_states_) +
           " parse-state sets while precomputing masks (CompileOptions::max_walk_states)");
     }
-    sets_.push_back({static_cast<uint32_t>(data_.size()), static_cast<uint32_t>(members.size())});
-    data_.insert(data_.end(), members.begin(), members.end());
-    index_.emplace(h, id);
+    sets_.add(members.data(), members.size(), h);
     ascii_.resize(sets_.size() * 128, kUnset);
     return id;
   }
@@ -439,9 +455,10 @@ class WalkStates {
       // The members' distinct character sets, their positive ranges gathered and merged once
       // (merging set by set allocated three lists per member).
       first_ids_.clear();
-      const auto [off, len] = sets_[set];
+      uint32_t len;
+      const uint32_t* m = sets_.at(set, &len);
       for (uint32_t i = 0; i < len; ++i) {
-        const Elem& e = g_.elems[pool_.pos(data_[off + i])];
+        const Elem& e = g_.elems[pool_.pos(m[i])];
         if (e.kind == detail::kChars) first_ids_.push_back(e.arg);
       }
       std::sort(first_ids_.begin(), first_ids_.end());
@@ -548,10 +565,7 @@ class WalkStates {
     return runs[set];
   }
 
-  const uint32_t* members(uint32_t set, uint32_t* n) const {
-    *n = sets_[set].second;
-    return data_.data() + sets_[set].first;
-  }
+  const uint32_t* members(uint32_t set, uint32_t* n) const { return sets_.at(set, n); }
 
  private:
   static constexpr uint32_t kUnset = 0xFFFFFFFFu;
@@ -635,9 +649,10 @@ class WalkStates {
   }
   uint32_t compute_high_flags(uint32_t set) const {
     uint32_t flags = kUniform;
-    const auto [off, len] = sets_[set];
+    uint32_t len;
+    const uint32_t* m = sets_.at(set, &len);
     for (uint32_t i = 0; i < len; ++i) {
-      const Elem& e = g_.elems[pool_.pos(data_[off + i])];
+      const Elem& e = g_.elems[pool_.pos(m[i])];
       if (e.kind != detail::kChars) continue;
       const CharSet& cs = g_.charsets[e.arg];
       if (cs.any) {
@@ -661,9 +676,10 @@ class WalkStates {
   bool successors(uint32_t set, uint32_t cp, bool stop_at_exit) {
     scratch_.clear();
     bool exited = false;
-    const auto [off, len] = sets_[set];
+    uint32_t len;
+    const uint32_t* m = sets_.at(set, &len);
     for (uint32_t i = 0; i < len; ++i) {
-      const uint32_t c = data_[off + i];
+      const uint32_t c = m[i];
       const Elem& e = g_.elems[pool_.pos(c)];
       if (e.kind != detail::kChars || !g_.charsets[e.arg].match(cp)) continue;
       uint32_t n;
@@ -704,9 +720,7 @@ class WalkStates {
   const GrammarTables& g_;
   size_t max_states_;
   size_t max_members_;
-  std::vector<std::pair<uint32_t, uint32_t>> sets_;
-  std::vector<uint32_t> data_;
-  std::unordered_multimap<uint64_t, uint32_t> index_;
+  detail::IdSeqs sets_;
   std::vector<uint32_t> ascii_;
   std::unordered_map<uint64_t, uint32_t> other_;
   std::vector<uint32_t> uniform_;  // per set: kUniform | kTakesHigh, or kUnset
@@ -811,6 +825,8 @@ struct Classifier {
     }
     return below;
   }
+  // The walk states forgot their sets (WalkStates::reset): so do the memos by set.
+  void forget_sets() { set_low_.clear(); }
   uint32_t set_low(uint32_t set) {
     if (set_low_.size() <= set) set_low_.resize(set * 2 + 16, {kNoObserve, 0});
     if (set_low_[set].first != obs_base) {
@@ -2104,30 +2120,54 @@ class ContextClassifier {
   }
   void clear_deadline() { cl_.has_deadline = false; }
 
+  // The mask of context n; null when it has none (see below).
   std::unique_ptr<ContextMask> compute(uint32_t n) {
+    reset_states_if_full();
     const StackPool& pool = d_.contexts;
     chain_pos_.clear();
     for (uint32_t c = n; c != StackPool::kEmpty; c = pool.parent(c))
       chain_pos_.push_back(pool.pos(c));
     // The rule of the chain's bottom decides where a token that leaves the context goes on.
     const uint32_t after = after_end(d_.g.elem_rule[chain_pos_.back()]);
+    const int64_t max_after = detail::test_max_after_stacks.load(std::memory_order_relaxed);
+    if (states_.size(after) <= (max_after >= 0 ? size_t(max_after) : kMaxAfterStacks)) {
+      return compute_for(after, after);
+    }
+    detail::test_walk_counters.leave_walks.fetch_add(1, std::memory_order_relaxed);
+    // Where that is many stacks (a rule called from hundreds of places: whitespace, a
+    // value in a large schema), each step past the context's end costs a step of each of
+    // them (a 17 ms walk for a schema's `ws`). The tokens that leave such a context are
+    // left uncertain instead (checked against the real stack at run time, memoized per
+    // stack); where that is too many of them (a context most tokens leave at once), the
+    // context gets no mask (null) and each of its stacks gets a whole-stack mask, whose
+    // walk knows what follows.
+    const size_t cap = detail::test_leave_cap.load(std::memory_order_relaxed);
+    LeaveMode leave(cl_, true, cap != 0 ? cap : d_.tokens->n_vocab() / 32);
+    return compute_for(kUnset, 0);
+  }
+
+  // The mask of the chain in chain_pos_ going on with the stacks `after` past its end;
+  // key_after stands for them in the keys of shared walks. Null when the walk passed the
+  // classifier's cap on uncertain tokens.
+  std::unique_ptr<ContextMask> compute_for(uint32_t key_after, uint32_t after) {
     // Chains of equal classes with the same continuation past their end have equal masks
     // (whitespace before an expression in two alternatives, a digit in each copy of a
     // number): one walk serves them all.
     // A chain through a repetition family (a word of `(\S+\s+){0,99}`) is shared with the
     // chains at other levels of the family that a token cannot tell apart.
     std::vector<uint32_t> ckey = classes_of(chain_pos_.size());
-    ckey.push_back(after);
+    ckey.push_back(key_after);
     if (const ContextMask * known; chains_.find(ckey, &known)) {
-      return std::make_unique<ContextMask>(*known);
+      return known != nullptr ? std::make_unique<ContextMask>(*known) : nullptr;
     }
     std::unique_ptr<ContextMask> cm;
     if (std::vector<uint32_t> fkey; family_key(chain_pos_, &fkey)) {
-      fkey.push_back(after);
+      fkey.push_back(key_after);
       cm = family_chain(chain_pos_, std::move(fkey), after);
     } else {
       cm = compute_chain(after);
     }
+    if (past_cap(*cm)) cm.reset();
     // Not owned here: the compiled grammar keeps every computed mask and outlives this.
     chains_.add(std::move(ckey),
                 std::shared_ptr<const ContextMask>(std::shared_ptr<void>(), cm.get()));
@@ -2161,10 +2201,51 @@ class ContextClassifier {
       low = std::min(cl_.obs_low, flevel_ + 1);
     }
     // Levels entered: L down to low - 1, all above the base when low >= 3.
-    if (low >= Classifier::kMinSharedLow) bucket.emplace_back(flevel_ - (low - 1), cm.get());
+    if (low >= Classifier::kMinSharedLow && !past_cap(*cm)) {
+      bucket.emplace_back(flevel_ - (low - 1), cm.get());
+    }
     return cm;
   }
   uint32_t flevel_ = 0, fbase_ = 0;
+
+  // Walks in which leaving the context makes every longer token uncertain (when `on`),
+  // stopping past `cap` uncertain tokens; the mode before is restored on every way out
+  // (exceptions included; a prefix's walk runs inside a chain's).
+  struct LeaveMode {
+    Classifier& c;
+    bool on, exit_any, over_cap;
+    size_t cap;
+    LeaveMode(Classifier& cl, bool on_, size_t cap_)
+        : c(cl), on(on_), exit_any(cl.exit_any), over_cap(cl.over_cap), cap(cl.uncertain_cap) {
+      if (!on) return;
+      c.exit_any = true;
+      c.uncertain_cap = cap_;
+      c.over_cap = false;
+    }
+    ~LeaveMode() {
+      if (!on) return;
+      c.exit_any = exit_any;
+      c.uncertain_cap = cap;
+      c.over_cap = over_cap;
+    }
+  };
+  static constexpr size_t kMaxAfterStacks = 256;
+
+  // The sets of all walks so far are kept for the next ones (most of a grammar's walks meet
+  // the same sets), up to half of CompileOptions::max_walk_states; past that, before a walk,
+  // they are all forgotten. (A large schema, detekt's, used to reach the bound after a
+  // few hundred walks, and every later context then had no mask.)
+  void reset_states_if_full() {
+    if (states_.n_sets() <= d_.options.max_walk_states / 2) return;
+    detail::test_walk_counters.state_resets.fetch_add(1, std::memory_order_relaxed);
+    states_.reset();
+    cl_.forget_sets();
+    std::fill(after_end_.begin(), after_end_.end(), kUnset);
+  }
+  // Whether the walk that made cm passed the cap on uncertain tokens (cm is then partial).
+  bool past_cap(const ContextMask& cm) const {
+    return cl_.over_cap || cm.uncertain_ids.size() > cl_.uncertain_cap;
+  }
   // Family chains by key: (levels their walk went down, mask owned by the compiled grammar).
   std::map<std::vector<uint32_t>, std::vector<std::pair<uint32_t, const ContextMask*>>> families_;
 
@@ -2194,6 +2275,7 @@ class ContextClassifier {
   // equal classes share one walk; *fresh tells whether this one walked.
   std::shared_ptr<const ContextMask> stack_mask(const std::vector<uint32_t>& positions,
                                                 bool* fresh) {
+    reset_states_if_full();
     std::vector<uint32_t> key = classes_of(positions, positions.size());
     if (const auto* known = stacks_.lookup(key)) {
       *fresh = false;
@@ -2290,23 +2372,9 @@ class ContextClassifier {
         return m;
       }
     }
-    // The walk's prefix mode, undone on every way out (exceptions included).
-    struct PrefixMode {
-      Classifier& c;
-      PrefixMode(Classifier& cl, size_t cap) : c(cl) {
-        c.exit_any = true;
-        c.uncertain_cap = cap;
-        c.over_cap = false;
-      }
-      ~PrefixMode() {
-        c.exit_any = false;
-        c.uncertain_cap = SIZE_MAX;
-        c.over_cap = false;
-      }
-    };
     std::shared_ptr<const ContextMask> sm;
     {
-      PrefixMode mode(cl_, d_.tokens->n_vocab() / 32);
+      LeaveMode mode(cl_, true, d_.tokens->n_vocab() / 32);
       std::unique_ptr<ContextMask> cm = classify(key, 0);
       // Too many tokens leave the prefix for it to be worth it: remembered as unusable.
       if (!cl_.over_cap) sm = std::move(cm);
@@ -2469,16 +2537,19 @@ class ContextClassifier {
   void compute_classes() {
     const GrammarTables& g = d_.g;
     const size_t nr = g.rule_alt_begin.size() - 1;
-    std::map<std::vector<uint64_t>, uint32_t> cs_ids;
+    detail::IdSeqs cs_ids;
     std::vector<uint32_t> cs_class(g.charsets.size());
-    std::vector<uint64_t> sig;
+    std::vector<uint32_t> sig;
     for (size_t i = 0; i < g.charsets.size(); ++i) {
       const CharSet& cs = g.charsets[i];
       sig.assign(1, (cs.any ? 1u : 0u) | (cs.negated ? 2u : 0u));
-      for (const auto& r : cs.ranges) sig.push_back((uint64_t(r.lo) << 32) | r.hi);
-      cs_class[i] = cs_ids.emplace(sig, static_cast<uint32_t>(cs_ids.size())).first->second;
+      for (const auto& r : cs.ranges) {
+        sig.push_back(r.lo);
+        sig.push_back(r.hi);
+      }
+      cs_class[i] = cs_ids.intern(sig);
     }
-    auto arg_of = [&](const Elem& e, const std::vector<uint32_t>& rule_class) -> uint64_t {
+    auto arg_of = [&](const Elem& e, const std::vector<uint32_t>& rule_class) -> uint32_t {
       if (e.kind == detail::kRef) return rule_class[e.arg];
       if (e.kind == detail::kChars) return cs_class[e.arg];
       return e.arg;
@@ -2488,13 +2559,14 @@ class ContextClassifier {
     size_t n_colors = 1;
     bool stable = false;
     for (int round = 0; round < kMaxClassRounds && !stable; ++round) {
-      std::map<std::vector<uint64_t>, uint32_t> ids;
+      detail::IdSeqs ids;
       for (uint32_t r = 0; r < nr; ++r) {
         sig.assign(1, color[r]);
         // Members of repetition families above the base keep classes of their own: they
         // differ only in depth, which refinement would take one round per level to see
-        // (x{0,99}); chains through them are shared by level instead (family_key).
-        if (fam_level_[r] >= 2) sig.push_back(uint64_t{1} << 40 | r);
+        // (x{0,99}); chains through them are shared by level instead (family_key). (The
+        // marker cannot be an element kind.)
+        if (fam_level_[r] >= 2) sig.insert(sig.end(), {0xFFFFFFFFu, r});
         for (uint32_t a = g.rule_alt_begin[r]; a < g.rule_alt_begin[r + 1]; ++a) {
           for (uint32_t p = g.alt_starts[a];; ++p) {
             const Elem& e = g.elems[p];
@@ -2503,7 +2575,7 @@ class ContextClassifier {
             sig.push_back(arg_of(e, color));
           }
         }
-        next[r] = ids.emplace(sig, static_cast<uint32_t>(ids.size())).first->second;
+        next[r] = ids.intern(sig);
       }
       color.swap(next);
       stable = ids.size() == n_colors;  // no class split: the partition is stable
@@ -2514,14 +2586,13 @@ class ContextClassifier {
       for (uint32_t r = 0; r < nr; ++r) color[r] = r;
     }
     // A position's class: its element and the class of the position after it.
-    std::map<std::tuple<uint32_t, uint64_t, uint32_t>, uint32_t> pos_ids;
+    detail::IdSeqs pos_ids;
     pos_class_.assign(g.elems.size(), 0);
     for (size_t p = g.elems.size(); p-- > 0;) {
       const Elem& e = g.elems[p];
       const bool end = e.kind == detail::kEnd;
-      const auto key = std::make_tuple(uint32_t(e.kind), end ? 0 : arg_of(e, color),
-                                       end ? 0u : pos_class_[p + 1]);
-      pos_class_[p] = pos_ids.emplace(key, static_cast<uint32_t>(pos_ids.size())).first->second;
+      sig.assign({uint32_t(e.kind), end ? 0 : arg_of(e, color), end ? 0u : pos_class_[p + 1]});
+      pos_class_[p] = pos_ids.intern(sig);
     }
     rule_class_ = std::move(color);
     cs_class_ = std::move(cs_class);
@@ -2644,20 +2715,27 @@ const ContextMask* CompiledData::compute_mask(uint32_t ctx) const {
   std::lock_guard<std::mutex> lock(lazy_mu);
   const ContextMask* m = slots[ctx].load(std::memory_order_acquire);
   if (m != nullptr || failed[ctx] || !classifier) return m;
+  std::unique_ptr<ContextMask> cm;
   try {
     if (masks_bytes_.load() > options.max_memory_bytes) {
       throw GrammarLimitError("grammar tables exceed " + std::to_string(options.max_memory_bytes) +
                               " bytes (CompileOptions::max_memory_bytes)");
     }
-    auto cm = classifier->compute(ctx);
-    masks_bytes_ += cm->memory_bytes();
-    m = cm.get();
-    owned.push_back(std::move(cm));
+    cm = classifier->compute(ctx);
   } catch (const GrammarLimitError&) {
-    // Out of limits: the matcher checks this context's tokens one by one instead.
+    cm = nullptr;
+  }
+  if (cm == nullptr) {
+    // No mask of its own (out of the walk's limits, or see ContextClassifier::compute): the
+    // matcher asks for its stacks' whole-stack masks instead.
     failed[ctx] = 1;
+    keep_classifier = true;
+    detail::test_walk_counters.no_mask.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
+  masks_bytes_ += cm->memory_bytes();
+  m = cm.get();
+  owned.push_back(std::move(cm));
   if (m->uncertain_ids.size() > deep_threshold()) keep_classifier = true;
   slots[ctx].store(m, std::memory_order_release);
   if (++n_computed_ == n_masked_ && !keep_classifier) classifier.reset();  // every mask is known
@@ -2905,8 +2983,13 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
     } catch (const detail::WalkAbandoned&) {
       break;
     } catch (const GrammarLimitError&) {
-      // Out of the walk's limits: left to the run-time check of the stacks, as on first use.
+      cm = nullptr;
+    }
+    if (cm == nullptr) {
+      // No mask of its own: left to the stacks' whole-stack masks, as on first use.
       d.failed[n] = 1;
+      d.keep_classifier = true;
+      detail::test_walk_counters.no_mask.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
     if (cm->uncertain_ids.size() > d.deep_threshold()) d.keep_classifier = true;

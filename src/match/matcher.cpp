@@ -149,7 +149,14 @@ class MatcherState {
       }
       const detail::ContextMask* cm = d_->mask(pool_.ctx(s));
       if (cm == nullptr) {
-        check_all_tokens(s, words);
+        // No mask for this context (ContextClassifier::compute): the whole stack's mask,
+        // whose walk knows what follows the context, else every token against the stack.
+        const detail::ContextMask* deep = deep_mask(s);
+        if (deep != nullptr) {
+          or_accepted(*deep, words);
+          continue;
+        }
+        memo_into(s, words, [&](std::vector<Token>& out) { check_all_tokens(s, out); });
         continue;
       }
       if (cm->uncertain_ids.size() > d_->deep_threshold()) {
@@ -161,7 +168,12 @@ class MatcherState {
         }
       }
       or_accepted(*cm, words);
-      if (!cm->uncertain_ids.empty()) uncertain_into(s, *cm, words);
+      if (!cm->uncertain_ids.empty()) {
+        memo_into(s, words, [&](std::vector<Token>& out) {
+          check_uncertain(s, cm->uncertain_ids.data(),
+                          static_cast<uint32_t>(cm->uncertain_ids.size()), out);
+        });
+      }
     }
     if (allow_eog) {
       for (Token t : tokens.eog_tokens()) bitmask_set(words, t);
@@ -324,11 +336,14 @@ class MatcherState {
     return m;
   }
 
-  // Sets the bits of the uncertain tokens of stack s's context that s accepts. The answer
-  // depends on s alone (a hash-consed stack: the same id is the same stack for the life of
-  // this matcher), so it is memoized per stack: a string's characters, a number's digits,
-  // the items of an array come back to the same stack step after step.
-  void uncertain_into(uint32_t s, const detail::ContextMask& cm, uint32_t* words) {
+  // Sets the bits of the tokens that `check` finds stack s accepts: the uncertain tokens of
+  // s's context, or every token where the context has no mask and s no whole-stack mask
+  // (which of the two is fixed by s's positions). The answer depends on s alone (a
+  // hash-consed stack: the same id is the same stack for the life of this matcher), so it
+  // is memoized per stack: a string's characters, a number's digits, the items of an array
+  // come back to the same stack step after step.
+  template <class Check>
+  void memo_into(uint32_t s, uint32_t* words, const Check& check) {
     auto it = memo_.find(s);
     if (it == memo_.end()) {
       if (memo_tokens_.size() > kMemoMaxTokens) {
@@ -340,8 +355,7 @@ class MatcherState {
       // stacks: the answer is shared by the stack's positions.
       const std::vector<uint32_t>& key = positions_of(s);
       if (!d_->find_checked(key, memo_tokens_)) {
-        check_uncertain(s, cm.uncertain_ids.data(), static_cast<uint32_t>(cm.uncertain_ids.size()),
-                        memo_tokens_);
+        check(memo_tokens_);
         d_->add_checked(key, memo_tokens_.data() + off, memo_tokens_.size() - off);
       }
       it = memo_.emplace(s, MemoRange{off, static_cast<uint32_t>(memo_tokens_.size() - off)}).first;
@@ -422,11 +436,12 @@ class MatcherState {
     }
   }
 
-  // A stack whose context mask could not be computed (a limit was hit): every text token is
-  // checked against the stack itself, in one preorder walk of the vocabulary trie. The parse
-  // frontier after each depth's code point is kept per depth, so tokens that share a prefix
-  // share its steps, and a subtree whose prefix the stack refuses is skipped whole.
-  void check_all_tokens(uint32_t s, uint32_t* words) {
+  // A stack whose context has no mask and that has no whole-stack mask either (a limit was
+  // hit): every text token is checked against the stack itself, in one preorder walk of the
+  // vocabulary trie. The parse frontier after each depth's code point is kept per depth, so tokens
+  // that share a prefix share its steps, and a subtree whose prefix the stack refuses is skipped
+  // whole.
+  void check_all_tokens(uint32_t s, std::vector<Token>& found) {
     const TokenIndex& tokens = *d_->tokens;
     const auto& trie = tokens.trie();
     const auto& tt = tokens.trie_tokens();
@@ -437,11 +452,10 @@ class MatcherState {
     auto take = [&](uint32_t j, uint32_t d) {
       for (uint32_t k = trie[j].tok_begin; k < trie[j].tok_end; ++k) {
         const Token t = tt[k].id;
-        if (bitmask_test(words, t)) continue;
         if (!d_->no_text.empty() && d_->no_text[static_cast<size_t>(t)]) continue;
         if (ends_token(fb_.data() + depth_off_[d], depth_off_[d + 1] - depth_off_[d],
                        tt[k].partial)) {
-          bitmask_set(words, t);
+          found.push_back(t);
         }
       }
     };
@@ -486,7 +500,7 @@ class MatcherState {
   std::vector<uint32_t> scratch_, a_, b_, cps_, fb_, depth_off_;
   std::vector<uint32_t> stamp_;
   uint32_t stamp_now_ = 0;
-  // Memo of uncertain-token results per stack (see uncertain_into); cleared when it holds
+  // Memo of uncertain-token results per stack (see memo_into); cleared when it holds
   // more than kMemoMaxTokens tokens.
   struct MemoRange {
     uint32_t off, len;

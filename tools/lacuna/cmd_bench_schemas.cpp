@@ -91,7 +91,8 @@ struct Deadline {
 // -1 mask/accept disagreement, -2 past the deadline.
 int walk(const std::shared_ptr<const lacuna::CompiledGrammar>& compiled, const lacuna::Vocab* vocab,
          const std::string& text, std::vector<uint32_t>& words, WorkerStats& ws, size_t& tokens,
-         bool byte_level, bool cpu_clock, double trace_us, const Deadline& deadline) {
+         bool byte_level, bool cpu_clock, double trace_us, const std::string& file,
+         const Deadline& deadline) {
   lacuna::GrammarMatcher m(compiled);
   if (byte_level || vocab == nullptr) {
     if (!m.accept_string(text)) return 0;
@@ -115,7 +116,8 @@ int walk(const std::shared_ptr<const lacuna::CompiledGrammar>& compiled, const l
         if (u == t) break;
         done += lacuna::token_to_piece(*vocab, u);
       }
-      std::fprintf(stderr, "slow mask %.0f us before %s|%s\n", ws.mask_us.back(),
+      std::fprintf(stderr, "slow mask %.0f us in %s before %s|%s\n", ws.mask_us.back(),
+                   file.c_str(),
                    done.size() > 160 ? done.substr(done.size() - 160).c_str() : done.c_str(),
                    lacuna::token_to_piece(*vocab, t).c_str());
     }
@@ -208,7 +210,7 @@ FileResult run_file_walks(const std::filesystem::path& path, const Config& cfg,
       int res;
       try {
         res = walk(compiled, vocab, text, words, ws, r.tokens, cfg.byte_level, cfg.cpu_clock,
-                   cfg.trace_us, deadline);
+                   cfg.trace_us, r.file, deadline);
       } catch (const std::exception& e) {
         r.status = "error";
         r.message = std::string("matcher: ") + e.what();
