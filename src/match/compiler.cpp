@@ -194,6 +194,25 @@ uint32_t strong_components(const std::vector<std::vector<std::pair<uint32_t, boo
   return n_comp;
 }
 
+// The components of a call graph (strong_components) with their rules grouped:
+// members[begin[k], begin[k + 1]) are the rules of component k.
+struct Components {
+  std::vector<uint32_t> comp, begin, members;
+  uint32_t size() const { return static_cast<uint32_t>(begin.size() - 1); }
+};
+Components group_components(const std::vector<std::vector<std::pair<uint32_t, bool>>>& calls) {
+  Components c;
+  const uint32_t nr = static_cast<uint32_t>(calls.size());
+  const uint32_t n_comp = strong_components(calls, c.comp);
+  c.begin.assign(n_comp + 1, 0);
+  c.members.resize(nr);
+  for (uint32_t r = 0; r < nr; ++r) ++c.begin[c.comp[r] + 1];
+  for (uint32_t k = 0; k < n_comp; ++k) c.begin[k + 1] += c.begin[k];
+  std::vector<uint32_t> fill(c.begin.begin(), c.begin.end() - 1);
+  for (uint32_t r = 0; r < nr; ++r) c.members[fill[c.comp[r]]++] = r;
+  return c;
+}
+
 // Boundary rules: every rule in a strongly connected component of the call graph that
 // has a call inside the component which pushes a return address (so stacks can grow
 // without bound through it). Per rule (kRules), every user-written rule too; with
@@ -290,15 +309,11 @@ uint64_t count_contexts(const GrammarTables& g, const std::vector<uint8_t>& reac
   for (uint32_t r = 0; r < nr; ++r) {
     if (bnd[r] && reachable[r]) add(npos[r], 1);
   }
-  std::vector<uint32_t> comp;
-  const uint32_t n_comp = strong_components(calls, comp);
-  std::vector<uint32_t> comp_begin(n_comp + 1, 0), members(nr);
-  for (uint32_t r = 0; r < nr; ++r) ++comp_begin[comp[r] + 1];
-  for (uint32_t k = 0; k < n_comp; ++k) comp_begin[k + 1] += comp_begin[k];
-  {
-    std::vector<uint32_t> fill(comp_begin.begin(), comp_begin.end() - 1);
-    for (uint32_t r = 0; r < nr; ++r) members[fill[comp[r]]++] = r;
-  }
+  const Components components = group_components(calls);
+  const std::vector<uint32_t>& comp = components.comp;
+  const uint32_t n_comp = components.size();
+  const std::vector<uint32_t>& comp_begin = components.begin;
+  const std::vector<uint32_t>& members = components.members;
   // Blocks by id: 0 the empty stack, p + 1 the call at p.
   std::vector<uint64_t> bases(nr, 0);
   auto block_size = [&](uint32_t id) -> uint64_t {
@@ -2590,15 +2605,11 @@ class ContextClassifier {
     for (uint32_t p = 0; p < g.elems.size(); ++p) {
       if (g.elems[p].kind == detail::kRef) calls[g.elem_rule[p]].push_back({g.elems[p].arg, false});
     }
-    std::vector<uint32_t> comp;
-    const uint32_t n_comp = strong_components(calls, comp);
-    std::vector<uint32_t> comp_begin(n_comp + 1, 0), by_comp(nr);
-    for (uint32_t r = 0; r < nr; ++r) ++comp_begin[comp[r] + 1];
-    for (uint32_t k = 0; k < n_comp; ++k) comp_begin[k + 1] += comp_begin[k];
-    {
-      std::vector<uint32_t> fill(comp_begin.begin(), comp_begin.end() - 1);
-      for (uint32_t r = 0; r < nr; ++r) by_comp[fill[comp[r]]++] = r;
-    }
+    const Components components = group_components(calls);
+    const std::vector<uint32_t>& comp = components.comp;
+    const uint32_t n_comp = components.size();
+    const std::vector<uint32_t>& comp_begin = components.begin;
+    const std::vector<uint32_t>& by_comp = components.members;
     constexpr uint32_t kAcyclic = 0, kCyclic = 1, kFamily = 0xFFFFFFFFu;
     std::vector<uint32_t> color(nr, kUnset), local(nr, 0), next_local(nr, 0);
     detail::IdSeqs ids;  // the classes: (kAcyclic, signature) or (kCyclic, component, local class)
