@@ -695,18 +695,22 @@ TEST_P(Oracle, LimitFallbackMasksEqual) {
 // places) leaves the tokens that leave it uncertain, or, where that is too many of them,
 // gets no mask and its stacks whole-stack masks (the bound forced down to no stacks, so
 // that every context with somewhere to go past its end takes that way, and the cap on
-// uncertain tokens down to 6, so that most of them then get no mask); and the walk states are
-// forgotten when they fill up (max_walk_states forced low, so that it happens every few walks).
+// uncertain tokens down to 6, so that most of them then get no mask); and the walk states and
+// the walk pool are forgotten when they fill up (max_walk_states forced low, so that it
+// happens every few walks).
 // Lazily and at compile time: masks must be llama.cpp's.
 TEST_P(Oracle, LeaveUncertainAndStateResetsMasksEqual) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
-  const std::vector<std::string> grammars = {kKeyValueGrammar, kJsonStringGrammar, kWordsGrammar,
-                                             R"g(root ::= "[" ws (item (ws "," ws item)*)? ws "]"
+  const std::vector<std::string> grammars = {
+      kKeyValueGrammar, kJsonStringGrammar, kWordsGrammar,
+      R"g(root ::= "[" ws (item (ws "," ws item)*)? ws "]"
 item ::= "{" ws "\"id\"" ws ":" ws num ws ("," ws "\"tag\"" ws ":" ws str ws)? "}" | num | str
 num ::= "-"? [0-9]{1,6}
 str ::= "\"" [^"\\]{0,12} "\""
-ws ::= [ \n]{0,3})g"};
+ws ::= [ \n]{0,3})g",
+      // A repetition family deep enough for observed walks (their memo is by walk-pool node).
+      R"g(root ::= ([a-z]+ " "){0,40} [a-z]+ ".")g"};
   struct Hook {
     explicit Hook(size_t cap) {
       detail::test_max_after_stacks = 0;

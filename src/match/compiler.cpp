@@ -841,7 +841,10 @@ struct Classifier {
     return below;
   }
   // The walk states forgot their sets (WalkStates::reset): so do the memos by set.
-  void forget_sets() { set_low_.clear(); }
+  void forget_sets() {
+    set_low_.clear();
+    node_low_.clear();
+  }
   uint32_t set_low(uint32_t set) {
     if (set_low_.size() <= set) set_low_.resize(set * 2 + 16, {kNoObserve, 0});
     if (set_low_[set].first != obs_base) {
@@ -2254,6 +2257,7 @@ class ContextClassifier {
     if (states_.n_sets() <= d_.options.max_walk_states / 2) return;
     detail::test_walk_counters.state_resets.fetch_add(1, std::memory_order_relaxed);
     states_.reset();
+    walk_pool_ = StackPool(&d_.g, nullptr, false);  // the sets' stacks
     cl_.forget_sets();
     std::fill(after_end_.begin(), after_end_.end(), kUnset);
   }
