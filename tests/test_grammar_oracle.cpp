@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +30,15 @@
 using namespace lacuna;
 
 namespace {
+
+// Sets a test hook (detail::test_*) for its scope; the value before comes back after it.
+template <class T>
+struct ScopedHook {
+  std::atomic<T>& hook;
+  T before;
+  ScopedHook(std::atomic<T>& h, T v) : hook(h), before(h.load()) { hook = v; }
+  ~ScopedHook() { hook = before; }
+};
 
 size_t env_size(const char* name, size_t def) {
   const char* v = std::getenv(name);
@@ -711,16 +721,6 @@ str ::= "\"" [^"\\]{0,12} "\""
 ws ::= [ \n]{0,3})g",
       // A repetition family deep enough for observed walks (their memo is by walk-pool node).
       R"g(root ::= ([a-z]+ " "){0,40} [a-z]+ ".")g"};
-  struct Hook {
-    explicit Hook(size_t cap) {
-      detail::test_max_after_stacks = 0;
-      detail::test_leave_cap = cap;
-    }
-    ~Hook() {
-      detail::test_max_after_stacks = -1;
-      detail::test_leave_cap = 0;
-    }
-  };
   // Per-rule contexts: a context of each rule, which goes on past its end to its callers.
   CompileOptions lazy;
   lazy.eager_ms = 0;
@@ -739,7 +739,8 @@ ws ::= [ \n]{0,3})g",
     SCOPED_TRACE(gbnf);
     for (const CompileOptions& options : {lazy, eager}) {
       for (size_t cap : {size_t{0}, size_t{6}}) {  // the default cap, and one few stay under
-        Hook hook(cap);
+        ScopedHook<int64_t> after(detail::test_max_after_stacks, 0);
+        ScopedHook<size_t> leave_cap(detail::test_leave_cap, cap);
         auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
         for (int k = 0; k < 2; ++k) walk(fx, gbnf, 10, seed++, stats, cg);
       }
@@ -776,10 +777,6 @@ line ::= [^\n]{1,40})g",
       // build, its walk or its exits.
       R"g(root ::= "\"" x{0,30} ("top-left" | "middle") x{0,30} "\"" ("," [0-9]{1,3})?
 x ::= [^"\\\x00-\x1F])g"};
-  struct Hook {
-    explicit Hook(uint64_t n) { detail::test_eager_walk_nodes = n; }
-    ~Hook() { detail::test_eager_walk_nodes = 0; }
-  };
   CompileOptions options;
   options.eager_ms = 1e6;  // only the forced end stops the eager masks
   WalkStats stats;
@@ -790,7 +787,7 @@ x ::= [^"\\\x00-\x1F])g"};
     for (uint64_t nodes : {1, 40, 600, 20000}) {
       std::shared_ptr<const CompiledGrammar> cg;
       {
-        Hook hook(nodes);
+        ScopedHook<uint64_t> hook(detail::test_eager_walk_nodes, nodes);
         cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
       }
       if (cg->n_contexts_computed() < cg->n_contexts()) ++abandoned;

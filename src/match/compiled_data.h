@@ -67,11 +67,12 @@ class IdSeqs {
     }
     return id;
   }
-  uint32_t intern(const std::vector<uint32_t>& ids) {
-    const uint64_t h = hash_ids(ids.data(), ids.size());
-    const uint32_t id = find(ids.data(), ids.size(), h);
-    return id != kNone ? id : add(ids.data(), ids.size(), h);
+  uint32_t intern(const uint32_t* ids, size_t n) {
+    const uint64_t h = hash_ids(ids, n);
+    const uint32_t id = find(ids, n, h);
+    return id != kNone ? id : add(ids, n, h);
   }
+  uint32_t intern(const std::vector<uint32_t>& ids) { return intern(ids.data(), ids.size()); }
   const uint32_t* at(uint32_t id, uint32_t* n) const {
     *n = spans_[id].second;
     return data_.data() + spans_[id].first;
@@ -396,7 +397,14 @@ struct CompiledData {
   mutable std::vector<std::unique_ptr<ContextMask>> owned;  // guarded by lazy_mu
   mutable std::vector<uint8_t> failed;                      // guarded by lazy_mu
   mutable bool keep_classifier = false;                     // guarded by lazy_mu: deep masks
-  mutable MasksByPositions deep;                            // guarded by lazy_mu
+  // Context ctx gets no mask of its own (out of the walk's limits, or see
+  // ContextClassifier::compute): its stacks get whole-stack masks, so the classifier stays.
+  void leave_without_mask(uint32_t ctx) const {
+    failed[ctx] = 1;
+    keep_classifier = true;
+    test_walk_counters.no_mask.fetch_add(1, std::memory_order_relaxed);
+  }
+  mutable MasksByPositions deep;  // guarded by lazy_mu
   mutable std::mutex checked_mu;
   struct Checked {
     std::vector<uint32_t> positions;

@@ -2160,7 +2160,7 @@ class ContextClassifier {
     // context gets no mask (null) and each of its stacks gets a whole-stack mask, whose
     // walk knows what follows.
     const size_t cap = detail::test_leave_cap.load(std::memory_order_relaxed);
-    LeaveMode leave(cl_, true, cap != 0 ? cap : d_.tokens->n_vocab() / 32);
+    LeaveMode leave(cl_, cap != 0 ? cap : d_.tokens->n_vocab() / 32);
     return compute_for(kUnset, 0);
   }
 
@@ -2226,22 +2226,20 @@ class ContextClassifier {
   }
   uint32_t flevel_ = 0, fbase_ = 0;
 
-  // Walks in which leaving the context makes every longer token uncertain (when `on`),
-  // stopping past `cap` uncertain tokens; the mode before is restored on every way out
-  // (exceptions included; a prefix's walk runs inside a chain's).
+  // Walks in which leaving the context makes every longer token uncertain, stopping past
+  // `cap` uncertain tokens; the mode before is restored on every way out (exceptions
+  // included; a prefix's walk runs inside a chain's).
   struct LeaveMode {
     Classifier& c;
-    bool on, exit_any, over_cap;
+    bool exit_any, over_cap;
     size_t cap;
-    LeaveMode(Classifier& cl, bool on_, size_t cap_)
-        : c(cl), on(on_), exit_any(cl.exit_any), over_cap(cl.over_cap), cap(cl.uncertain_cap) {
-      if (!on) return;
+    LeaveMode(Classifier& cl, size_t cap_)
+        : c(cl), exit_any(cl.exit_any), over_cap(cl.over_cap), cap(cl.uncertain_cap) {
       c.exit_any = true;
       c.uncertain_cap = cap_;
       c.over_cap = false;
     }
     ~LeaveMode() {
-      if (!on) return;
       c.exit_any = exit_any;
       c.uncertain_cap = cap;
       c.over_cap = over_cap;
@@ -2393,7 +2391,7 @@ class ContextClassifier {
     }
     std::shared_ptr<const ContextMask> sm;
     {
-      LeaveMode mode(cl_, true, d_.tokens->n_vocab() / 32);
+      LeaveMode mode(cl_, d_.tokens->n_vocab() / 32);
       std::unique_ptr<ContextMask> cm = classify(key, 0);
       // Too many tokens leave the prefix for it to be worth it: remembered as unusable.
       if (!cl_.over_cap) sm = std::move(cm);
@@ -2563,9 +2561,7 @@ class ContextClassifier {
       const Elem& e = g.elems[q];
       const bool end = e.kind == detail::kEnd;
       const uint32_t key[3] = {uint32_t(e.kind), end ? 0 : arg_class(e), end ? 0u : next};
-      const uint64_t h = detail::hash_ids(key, 3);
-      const uint32_t id = pos_ids_.find(key, 3, h);
-      pos_class_[q] = id != detail::IdSeqs::kNone ? id : pos_ids_.add(key, 3, h);
+      pos_class_[q] = pos_ids_.intern(key, 3);
     };
     uint32_t q = p;  // the first position of p's rest with a class, or its end
     while (pos_class_[q] == kUnset && g.elems[q].kind != detail::kEnd) ++q;
@@ -2583,7 +2579,7 @@ class ContextClassifier {
     const GrammarTables& g = d_.g;
     const size_t nr = g.rule_alt_begin.size() - 1;
     detail::IdSeqs cs_ids;
-    std::vector<uint32_t> cs_class(g.charsets.size());
+    cs_class_.assign(g.charsets.size(), 0);
     std::vector<uint32_t> sig;
     for (size_t i = 0; i < g.charsets.size(); ++i) {
       const CharSet& cs = g.charsets[i];
@@ -2592,9 +2588,9 @@ class ContextClassifier {
         sig.push_back(r.lo);
         sig.push_back(r.hi);
       }
-      cs_class[i] = cs_ids.intern(sig);
+      cs_class_[i] = cs_ids.intern(sig);
     }
-    find_families(cs_class);
+    find_families(cs_class_);
     // Rules are classed callees first, one strongly connected component of the call graph
     // at a time. A rule on no cycle is classed by its signature (its elements, with the
     // classes of the rules it calls), in one pass. The rules of a cycle are refined among
@@ -2634,7 +2630,7 @@ class ContextClassifier {
           } else if (e.kind == detail::kRef) {
             sig.insert(sig.end(), {kAcyclic, color[e.arg]});
           } else {
-            sig.push_back(e.kind == detail::kChars ? cs_class[e.arg] : e.arg);
+            sig.push_back(arg_class(e));
           }
         }
       }
@@ -2672,7 +2668,6 @@ class ContextClassifier {
     }
     pos_class_.assign(g.elems.size(), kUnset);  // found on first use (pos_class)
     rule_class_ = std::move(color);
-    cs_class_ = std::move(cs_class);
   }
   static constexpr int kMaxClassRounds = 64;
   std::vector<uint32_t> rule_class_, cs_class_;
@@ -2772,9 +2767,7 @@ class ContextClassifier {
           key->push_back(0xFFFFFFFFu);
           key->push_back(rule_class_[*base]);
         } else {
-          key->push_back(static_cast<uint32_t>(e.kind == detail::kRef     ? rule_class_[e.arg]
-                                               : e.kind == detail::kChars ? cs_class_[e.arg]
-                                                                          : e.arg));
+          key->push_back(arg_class(e));
         }
       }
     }
@@ -2803,11 +2796,7 @@ const ContextMask* CompiledData::compute_mask(uint32_t ctx) const {
     cm = nullptr;
   }
   if (cm == nullptr) {
-    // No mask of its own (out of the walk's limits, or see ContextClassifier::compute): the
-    // matcher asks for its stacks' whole-stack masks instead.
-    failed[ctx] = 1;
-    keep_classifier = true;
-    detail::test_walk_counters.no_mask.fetch_add(1, std::memory_order_relaxed);
+    leave_without_mask(ctx);
     return nullptr;
   }
   masks_bytes_ += cm->memory_bytes();
@@ -3063,10 +3052,7 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
       cm = nullptr;
     }
     if (cm == nullptr) {
-      // No mask of its own: left to the stacks' whole-stack masks, as on first use.
-      d.failed[n] = 1;
-      d.keep_classifier = true;
-      detail::test_walk_counters.no_mask.fetch_add(1, std::memory_order_relaxed);
+      d.leave_without_mask(n);  // as on first use
       continue;
     }
     if (cm->uncertain_ids.size() > d.deep_threshold()) d.keep_classifier = true;

@@ -148,24 +148,19 @@ class MatcherState {
         continue;
       }
       const detail::ContextMask* cm = d_->mask(pool_.ctx(s));
-      if (cm == nullptr) {
-        // No mask for this context (ContextClassifier::compute): the whole stack's mask,
-        // whose walk knows what follows the context, else every token against the stack.
+      // No mask for this context (ContextClassifier::compute), or too many uncertain tokens
+      // to check one by one: the mask of the whole stack, whose walk knows what follows the
+      // context; where it has none either, every token against the stack.
+      if (cm == nullptr || cm->uncertain_ids.size() > d_->deep_threshold()) {
         const detail::ContextMask* deep = deep_mask(s);
         if (deep != nullptr) {
           or_accepted(*deep, words);
           continue;
         }
+      }
+      if (cm == nullptr) {
         memo_into(s, words, [&](std::vector<Token>& out) { check_all_tokens(s, out); });
         continue;
-      }
-      if (cm->uncertain_ids.size() > d_->deep_threshold()) {
-        // Too many uncertain tokens to check one by one: the mask of the whole stack.
-        const detail::ContextMask* deep = deep_mask(s);
-        if (deep != nullptr) {
-          or_accepted(*deep, words);
-          continue;
-        }
       }
       or_accepted(*cm, words);
       if (!cm->uncertain_ids.empty()) {
@@ -500,7 +495,7 @@ class MatcherState {
   std::vector<uint32_t> scratch_, a_, b_, cps_, fb_, depth_off_;
   std::vector<uint32_t> stamp_;
   uint32_t stamp_now_ = 0;
-  // Memo of uncertain-token results per stack (see memo_into); cleared when it holds
+  // Memo of the checked tokens per stack (see memo_into); cleared when it holds
   // more than kMemoMaxTokens tokens.
   struct MemoRange {
     uint32_t off, len;
