@@ -670,6 +670,54 @@ x ::= [^"\\\x00-\x1F])g",
   EXPECT_GT(label_tries, 0u);
 }
 
+// Live walks: strings whose automaton never dies on their characters (JSON Schema's
+// unanchored `pattern`s, keys where other names are allowed) take the tokens of the class
+// at once and walk on only at its exits, each from the set its path reaches; at a context's
+// start (live_walk) and inside a walk, past a quote (live_region). Tokens with a partial
+// UTF-8 tail are checked against the set their full code points reach (llama-spm's byte
+// tokens). A pattern with a code point >= 128 is not live (its sets tell them apart).
+TEST_P(Oracle, LiveWalksMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::string c = R"g(
+c ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g";
+  const std::vector<std::string> grammars = {
+      R"g(root ::= "\"" c* [a-z] [0-9a-z]* c* "\"" ("," [0-9]{1,3})?)g" + c,
+      R"g(root ::= "\"" ("dev" c* | c* "top-left" c* | c* "rc" c* | c* "stable") "\"" " .")g" + c,
+      R"g(root ::= "{" ws (kv (ws "," ws kv)*)? ws "}"
+kv ::= "\"" ("name" | "id" | "type" | [a-z] c*) "\"" ws ":" ws [0-9]{1,4}
+ws ::= [ \n]{0,2})g" +
+          c,
+      R"g(root ::= ("\"" c* [a-z] c* "\"" | [0-9]+) " .")g" + c,
+      // Code points >= 128 only after the match: a partial UTF-8 tail fits some sets.
+      R"g(root ::= "\"" [ !#-\[\]-~]* [a-z] c* "\"")g" + c,
+      R"g(root ::= "\"" c* "é" c* "\"")g" + c};
+  CompileOptions lazy;
+  lazy.eager_ms = 0;
+  lazy.share_masks = false;
+  CompileOptions eager = lazy;
+  eager.eager_ms = -1;
+  const uint64_t walks0 = detail::test_walk_counters.live_walks.load();
+  const uint64_t regions0 = detail::test_walk_counters.live_regions.load();
+  WalkStats stats;
+  uint64_t seed = 9090;
+  for (const std::string& gbnf : grammars) {
+    SCOPED_TRACE(gbnf);
+    for (const CompileOptions& options : {lazy, eager}) {
+      auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
+      for (int k = 0; k < 3; ++k) walk(fx, gbnf, 12, seed++, stats, cg);
+    }
+  }
+  const uint64_t walks = detail::test_walk_counters.live_walks.load() - walks0;
+  const uint64_t regions = detail::test_walk_counters.live_regions.load() - regions0;
+  std::printf("[oracle] %s live walks %llu, live regions %llu: %zu steps compared\n",
+              GetParam().c_str(), static_cast<unsigned long long>(walks),
+              static_cast<unsigned long long>(regions), stats.steps);
+  EXPECT_GT(walks, grammars.size());
+  EXPECT_GT(regions, 0u);
+  EXPECT_GT(stats.steps, grammars.size() * 12);
+}
+
 // A context whose mask hits a limit while it is computed is checked by the matcher against
 // the stack itself, in one walk of the vocabulary trie that skips the subtrees the stack
 // refuses. With max_walk_states at 1 every context takes that path: strings, escapes,

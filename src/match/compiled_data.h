@@ -347,6 +347,7 @@ inline std::atomic<size_t> test_leave_cap{0};
 // resets of the walk states (ContextClassifier::reset_states_if_full), counted.
 struct WalkCounters {
   std::atomic<uint64_t> leave_walks{0}, no_mask{0}, state_resets{0};
+  std::atomic<uint64_t> live_walks{0}, live_regions{0};  // live_walk, live_region taken
 };
 inline WalkCounters test_walk_counters;
 

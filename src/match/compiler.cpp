@@ -842,6 +842,7 @@ struct Classifier {
   }
   // The walk states forgot their sets (WalkStates::reset): so do the memos by set.
   void forget_sets() {
+    live_.clear();
     set_low_.clear();
     node_low_.clear();
   }
@@ -1304,11 +1305,14 @@ struct Classifier {
   // of its names (a string's characters less a few letters), each with thousands of exits:
   // built to skip through one small subtree, they cost more than walking it.
   const std::vector<uint32_t>* class_exits(const WalkStates::Run& r, size_t budget = SIZE_MAX) {
-    const detail::SharedMasks::ClassKey key = class_key(r);
+    return class_exits(class_key(r), budget);
+  }
+  const std::vector<uint32_t>* class_exits(const detail::SharedMasks::ClassKey& key,
+                                           size_t budget = SIZE_MAX) {
     auto it = exit_cache_.find(key);
     if (it != exit_cache_.end()) return it->second;
     const std::vector<uint32_t>* out = nullptr;
-    if (printable_count(r.ascii) >= kMinExitClassPrintable) {
+    if (printable_count(key.ascii) >= kMinExitClassPrintable) {
       detail::SharedMasks& shared = tokens.shared_masks();
       std::lock_guard<std::mutex> lock(shared.mu);
       auto sit = shared.exits.find(key);
@@ -1316,10 +1320,10 @@ struct Classifier {
         out = sit->second.get();
       } else if (shared.exits.size() < detail::SharedMasks::kMaxExitClasses) {
         if (budget != SIZE_MAX &&
-            class_nodes({{~r.ascii[0], ~r.ascii[1]}, !r.non_ascii}) > budget) {
+            class_nodes({{~key.ascii[0], ~key.ascii[1]}, !key.non_ascii}) > budget) {
           return nullptr;
         }
-        out = build_class_exits(key, r, shared);
+        out = build_class_exits(key, shared);
       }
     }
     exit_cache_.emplace(key, out);
@@ -1342,7 +1346,6 @@ struct Classifier {
   // looked at (through the token index's code-point groups), marked in a bitmap over the
   // nodes, and read back in trie order: tens of microseconds for a string's class.
   const std::vector<uint32_t>* build_class_exits(const detail::SharedMasks::ClassKey& key,
-                                                 const WalkStates::Run& r,
                                                  detail::SharedMasks& shared) {
     const auto& trie = tokens.trie();
     const auto& groups = tokens.cp_groups();
@@ -1352,10 +1355,10 @@ struct Classifier {
     size_t count = 0;
     bool worth = true;
     for (uint32_t g = 0; g <= 128 && worth; ++g) {
-      if (g < 128 ? in_run_class(r, g) : r.non_ascii) continue;
+      if (g < 128 ? in_class(key, g) : key.non_ascii) continue;
       for (uint32_t k = goff[g]; k < goff[g + 1]; ++k) {
         const auto& e = groups[k];
-        if (!in_run_class(r, e.parent_cp)) continue;
+        if (!in_class(key, e.parent_cp)) continue;
         bits[e.node >> 6] |= uint64_t{1} << (e.node & 63);
         ++count;
       }
@@ -1693,6 +1696,9 @@ struct Classifier {
   static constexpr size_t kMaxLabels = 8;
   static constexpr size_t kMaxLabelSets = 1024;
   static constexpr int kMaxLabelRounds = 32;
+  static constexpr size_t kMaxLiveLabels = 64;
+  static constexpr size_t kMaxLiveSets = 128;
+  static constexpr size_t kMaxLiveSteps = 4096;  // set steps over every round
   std::vector<Label> labels_{};
   static constexpr uint32_t kNoState = 0xFFFFFFFFu;
   // The sets reachable from set0 through C, with the label each was first entered by: the
@@ -1733,10 +1739,14 @@ struct Classifier {
   }
   // Finds C and its labels from set0 (labels_, and the automaton on them: label_queue_,
   // label_next_); false where none fits.
-  bool find_labels(uint32_t set0) {
+  // `live` (live_walk): also a label on which some set dies is dropped from C, up to
+  // `max_labels` labels, and C stays broad or nothing is found.
+  bool find_labels(uint32_t set0, size_t max_labels = kMaxLabels, bool live = false) {
     Label excl{{0, 0}, false};
+    size_t steps = 0;
     for (int round = 0; round < kMaxLabelRounds; ++round) {
       labels_.assign(1, Label{{~excl.ascii[0], ~excl.ascii[1]}, !excl.non_ascii});
+      if (live && printable_count(labels_[0].ascii) < kMinExitClassPrintable) return false;
       label_queue_.clear();
       label_state_of_.clear();
       label_queue_.push_back({set0, Label{{0, 0}, false}});
@@ -1776,22 +1786,26 @@ struct Classifier {
             break;
           }
           refine_labels(g.charsets[e.arg]);
-          fits = labels_.size() <= kMaxLabels;
+          fits = labels_.size() <= max_labels;
         }
         if (!fits) {
           if (!drop(in)) return false;
           break;
         }
+        if (live && (steps += labels_.size()) > kMaxLiveSteps) return false;
         for (const Label& l : labels_) {
           const uint32_t v = states.step(s, label_rep(l));
-          if ((v & 1u) != 0) {  // some member leaves the context on this label
-            drop(l);
+          // Some member leaves the context on this label (live: or the set dies on it).
+          if ((v & 1u) != 0 || (live && v == 0)) {
+            // Live: the rarer of that label and the rarest one on the way here (the
+            // backslash before an escape's letters, not the letters).
+            drop(live && !label_empty(in) && in_nodes < class_nodes(l) ? in : l);
             break;
           }
           const uint32_t next = v >> 1;
           if (next != 0 &&
               label_state_of_.emplace(next, static_cast<uint32_t>(label_queue_.size())).second) {
-            if (label_state_of_.size() > kMaxLabelSets) return false;
+            if (label_state_of_.size() > (live ? kMaxLiveSets : kMaxLabelSets)) return false;
             label_queue_.push_back({next, l});
             label_parent_.push_back(qi);
           }
@@ -1813,9 +1827,15 @@ struct Classifier {
     }
     return false;
   }
-  bool in_labels(uint32_t cp) const {
-    return std::any_of(labels_.begin(), labels_.end(),
-                       [&](const Label& l) { return in_class(l, cp); });
+  // C: the union of the labels.
+  Label labels_union() const {
+    Label u{{0, 0}, false};
+    for (const Label& l : labels_) {
+      u.ascii[0] |= l.ascii[0];
+      u.ascii[1] |= l.ascii[1];
+      u.non_ascii = u.non_ascii || l.non_ascii;
+    }
+    return u;
   }
 
   // The label trie of labels_ (SharedMasks::label_tries); null when the cache is full.
@@ -1938,6 +1958,7 @@ struct Classifier {
     }
     const detail::SharedMasks::LabelTrie* lt = label_trie();
     if (lt == nullptr) return false;
+    walked_ = labels_union();
     const uint32_t k = lt->k;
     const auto& tt = tokens.trie_tokens();
     // The previous walk's entries, cleared at the start (an eager walk past its budget
@@ -1978,6 +1999,207 @@ struct Classifier {
     return true;
   }
 
+  // Live walks. A string whose state is an automaton that never dies on its characters:
+  // an unanchored `pattern` (every string that contains a match: before the match and
+  // after it, any character goes on), a key where other names are allowed next to a
+  // schema's (`patternProperties`, `additionalProperties`). Runs end at every character
+  // that moves the automaton (a lowercase letter in `[a-z][a-z0-9]*` searched for; the
+  // letters of each name), so the walk went node by node through most of the trie: 5-30 ms
+  // a first-use mask. When every set reachable from a set through a broad class C goes on
+  // (inside the context) on every code point of C, every token of C* is accepted from it:
+  // the walk takes them at once and walks on only at the class's exits (a quote or a
+  // backslash after code points of C: about 2,000 nodes for a string's class on
+  // llama-bpe), each from the set the path to it reaches, one step of the local automaton
+  // per code point (found as for label walks, with up to kMaxLiveLabels labels and no label
+  // trie); a token of C* with a partial UTF-8 tail is checked against the set its full code
+  // points reach. At a context's start the tokens of C* are the class's shared bitmask (the
+  // cover: live_walk); inside a walk, the tokens of a subtree between its exits (live_region).
+  struct LiveAuto {
+    Label cls;                   // C
+    uint32_t k = 0;              // labels
+    std::vector<uint32_t> sets;  // per local state (0: the start)
+    std::vector<uint32_t> next;  // next[q * k + label]
+    int8_t ascii[128];           // label per ASCII code point (-1: outside C)
+    int8_t high = -1;            // label of the code points >= 128
+    uint32_t step(uint32_t q, uint32_t cp) const {
+      const int l = cp < 128 ? ascii[cp] : high;
+      return l < 0 ? kNoState : next[size_t{q} * k + static_cast<uint32_t>(l)];
+    }
+    // The local state after cps[from, to) from q (kNoState: one is outside C).
+    uint32_t run(uint32_t q, const uint32_t* cps, size_t from, size_t to) const {
+      for (size_t d = from; d < to && q != kNoState; ++d) q = step(q, cps[d]);
+      return q;
+    }
+  };
+  // Per set (null: not live), until the walk states forget their sets.
+  std::unordered_map<uint32_t, std::unique_ptr<LiveAuto>> live_{};
+  static constexpr size_t kMaxLiveMemo = 4096;
+  const LiveAuto* live_auto(uint32_t set) {
+    auto it = live_.find(set);
+    if (it != live_.end()) return it->second.get();
+    if (live_.size() >= kMaxLiveMemo) live_.clear();
+    std::unique_ptr<LiveAuto>& out = live_[set];
+    if (printable_count(states.first(set).ascii) < kMinExitClassPrintable ||
+        !find_labels(set, kMaxLiveLabels, true)) {
+      return nullptr;
+    }
+    auto la = std::make_unique<LiveAuto>();
+    la->cls = labels_union();
+    if (printable_count(la->cls.ascii) < kMinExitClassPrintable) return nullptr;
+    la->k = static_cast<uint32_t>(labels_.size());
+    std::fill(la->ascii, la->ascii + 128, int8_t{-1});
+    for (uint32_t i = 0; i < la->k; ++i) {
+      for (uint32_t c = 0; c < 128; ++c) {
+        if (in_class(labels_[i], c)) la->ascii[c] = static_cast<int8_t>(i);
+      }
+      if (labels_[i].non_ascii) la->high = static_cast<int8_t>(i);
+    }
+    la->next = label_next_;
+    for (const auto& e : label_queue_) la->sets.push_back(e.first);
+    out = std::move(la);
+    return out.get();
+  }
+
+  // A token of C* below a node where the automaton is in local state q0, `from` code points
+  // deep: accepted, if its partial UTF-8 tail fits the set its full code points reach.
+  void live_take(const LiveAuto& la, uint32_t q0, size_t from, const TokenIndex::TrieToken& t) {
+    if (!no_text.empty() && no_text[static_cast<size_t>(t.id)]) return;
+    if (t.partial.n_remain == 0) {
+      accepted.push_back(t.id);
+      return;
+    }
+    size_t n;
+    const uint32_t* cps = tokens.code_points(t.id, &n);
+    const uint32_t q = la.run(q0, cps, from, n);
+    if (q != kNoState && partial_ok(la.sets[q], t.partial)) accepted.push_back(t.id);
+  }
+
+  // At a context's start (set0): the tokens of C* as the class's bitmask (cover_bits), the
+  // exits walked on; false where set0 is not live. walked_ then holds C.
+  bool live_walk(uint32_t set0) {
+    const LiveAuto* la = live_auto(set0);
+    if (la == nullptr) return false;
+    const std::vector<uint32_t>* exits = class_exits(la->cls);
+    if (exits == nullptr) return false;
+    const std::vector<uint32_t>* bits = class_tokens(la->cls);
+    if (bits == nullptr) return false;
+    detail::test_walk_counters.live_walks.fetch_add(1, std::memory_order_relaxed);
+    cover_bits = bits;
+    cover_clear.clear();
+    cover_set = 0;  // (no walked frame is covered: covered() never holds)
+    cover_first = la->cls;
+    walked_ = la->cls;
+    const auto& trie = tokens.trie();
+    const auto& tt = tokens.trie_tokens();
+    const auto& depth_of = tokens.node_depth();
+    for (uint32_t x : tokens.partial_trie_tokens()) {
+      size_t n;
+      tokens.code_points(tt[x].id, &n);
+      if (n > 0) live_take(*la, 0, 0, tt[x]);  // (n == 0: at the root, sorted apart)
+    }
+    // The exits and their sets first: the walks below may find other sets live (live_
+    // grows, and la's labels are reused by find_labels).
+    std::vector<std::pair<uint32_t, uint32_t>> go;  // (exit, set at its parent)
+    std::vector<uint32_t>& path_q = live_path_;     // local states along the previous exit's path
+    path_q.assign(1, 0);
+    const uint32_t* prev = nullptr;
+    for (uint32_t b : *exits) {
+      tick();
+      size_t n;
+      const uint32_t* cps = tokens.code_points(tt[trie[b].tok_begin].id, &n);
+      const size_t up = depth_of[b] - 1u;  // code points before b
+      size_t l = 0;
+      while (l + 1 < path_q.size() && l < up && cps[l] == prev[l]) ++l;
+      path_q.resize(l + 1);
+      prev = cps;
+      for (; l < up && path_q.back() != kNoState; ++l)
+        path_q.push_back(la->step(path_q.back(), cps[l]));
+      if (path_q.back() == kNoState) {  // below a code point outside C: walked from there
+        path_q.pop_back();
+        continue;
+      }
+      const uint32_t s = la->sets[path_q.back()];
+      if (states.step(s, trie[b].cp) != 0) go.push_back({b, s});  // most exits die at once
+    }
+    for (const auto& [b, s] : go) {
+      if (over_cap) break;
+      walk_subtree(b, s, depth_of[b] - 1u);
+    }
+    return true;
+  }
+  std::vector<uint32_t> live_path_{};
+  Label walked_{};  // what live_walk or label_walk took at a context's start
+  static constexpr uint32_t kMinLiveNodes = 256;
+
+  // In a walk, a frame c at node j inside the context whose set is live: the tokens of C*
+  // below j are taken (those between the class's exits, in trie order), and the walk goes
+  // on at the exits, from the sets their paths reach.
+  bool live_region(uint32_t j, const Frame& c) {
+    const auto& trie = tokens.trie();
+    const uint32_t n_nodes = trie[j].end - j;
+    if (n_nodes < kMinLiveNodes || obs_base != kNoObserve) return false;
+    const LiveAuto* la = live_auto(c.set);
+    if (la == nullptr) return false;
+    const std::vector<uint32_t>* exits =
+        class_exits(la->cls, size_t{n_nodes} * kExitBuildPerWalkedNode);
+    if (exits == nullptr) return false;
+    detail::test_walk_counters.live_regions.fetch_add(1, std::memory_order_relaxed);
+    const auto& tt = tokens.trie_tokens();
+    const auto& depth_of = tokens.node_depth();
+    const size_t from = depth_of[j];  // code points of a token below j before its first in C
+    region_exits_.clear();
+    auto take = [&](uint32_t tb, uint32_t te) {
+      for (uint32_t k = tb; k < te; ++k) live_take(*la, 0, from, tt[k]);
+    };
+    auto scan = [&](uint32_t lo, uint32_t hi) {
+      uint32_t cur = lo;
+      auto it = std::lower_bound(exits->begin(), exits->end(), cur);
+      while (cur < hi) {
+        it = gallop(it, exits->end(), cur);
+        const uint32_t b = it != exits->end() && *it < hi ? *it : hi;
+        take(trie[cur].tok_begin, tok_begin_of(b));
+        if (b == hi) break;
+        region_exits_.push_back(b);
+        cur = trie[b].end;
+      }
+    };
+    if (in_class(la->cls, trie[j].cp)) {
+      scan(j + 1, trie[j].end);
+    } else {
+      const auto& off = tokens.child_offsets();
+      const auto& kids = tokens.child_nodes();
+      for (uint32_t k = off[j]; k < off[j + 1]; ++k) {
+        const uint32_t n = kids[k];
+        if (!in_class(la->cls, trie[n].cp)) {
+          region_exits_.push_back(n);
+          continue;
+        }
+        take(trie[n].tok_begin, trie[n].tok_end);
+        scan(n + 1, trie[n].end);
+      }
+    }
+    // One frame per local state, pushed in reverse so that the exits are visited in trie
+    // order.
+    live_frames_.assign(la->sets.size(), kNoFrame);
+    for (size_t k = region_exits_.size(); k-- > 0;) {
+      const uint32_t b = region_exits_[k];
+      size_t n;
+      const uint32_t* cps = tokens.code_points(tt[trie[b].tok_begin].id, &n);
+      const uint32_t q = la->run(0, cps, from, depth_of[b] - 1u);
+      if (q == kNoState) continue;  // (the scan stops at the first code point outside C)
+      const uint32_t s = la->sets[q];
+      if (states.step(s, trie[b].cp) == 0) continue;
+      if (live_frames_[q] == kNoFrame) {
+        live_frames_[q] = static_cast<uint32_t>(frames.size());
+        frames.push_back(
+            make_frame(s, 0, c.depth + (depth_of[b] - 1u - depth_of[j]), false, false, false));
+      }
+      todo.push_back({b, live_frames_[q]});
+    }
+    return true;
+  }
+  std::vector<uint32_t> live_frames_{};
+
   void walk_subtree(uint32_t first, uint32_t root_set, uint32_t root_depth = 0) {
     const auto& trie = tokens.trie();
     frames.clear();
@@ -2007,10 +2229,13 @@ struct Classifier {
       const bool broad =
           c.first != nullptr && printable_count(c.first->ascii) >= kMinExitClassPrintable;
       const bool quiet_exit = !c.exited || (quiet() && broad);
-      bool taken = (c.set != 0 && quiet_exit && c.fset == 0 && !c.fexited &&
-                    (bulk_accept(j, c.set, c.depth, c.pending) || skip_region(j, c, false))) ||
-                   (c.set == 0 && !c.exited && c.fset != 0 && !c.fexited && !c.pending &&
-                    skip_region(j, c, true));
+      bool taken =
+          (c.set != 0 && quiet_exit && c.fset == 0 && !c.fexited &&
+           (bulk_accept(j, c.set, c.depth, c.pending) ||
+            (!c.exited && !c.pending && !covered(j, c.set, c.depth, false) && live_region(j, c)) ||
+            skip_region(j, c, false))) ||
+          (c.set == 0 && !c.exited && c.fset != 0 && !c.fexited && !c.pending &&
+           skip_region(j, c, true));
       if (!taken && broad && c.set != 0 && c.exited && after_end != 0 && !exit_any && c.fset == 0 &&
           !c.fexited && !c.pending) {
         taken = tolerant_take(j, c);
@@ -2063,12 +2288,13 @@ struct Classifier {
     // (the cover's) is noted once for an observed walk.
     if (cover_bits != nullptr && obs_base != kNoObserve) note_low(set_low(cover_set));
     const auto& tt = tokens.trie_tokens();
-    // Without a cover, a string whose state is a small automaton over its characters.
-    const bool labelled =
-        cover_bits == nullptr && obs_base == kNoObserve && label_worth(set0) && label_walk(set0);
+    // Without a cover, a string whose state is an automaton over its characters that never
+    // dies on them, or a small one.
+    const bool no_cover = cover_bits == nullptr && obs_base == kNoObserve;
+    const bool labelled = no_cover && (live_walk(set0) || (label_worth(set0) && label_walk(set0)));
     auto walk_child = [&](uint32_t j) {
       const auto& node = trie[j];
-      if (labelled && in_labels(node.cp)) return;  // walked by label_walk
+      if (labelled && in_class(walked_, node.cp)) return;  // walked by live_walk or label_walk
       if (cover_bits != nullptr && node.end == j + 1 && in_class(cover_first, node.cp)) {
         bool partial = false;
         for (uint32_t k = node.tok_begin; k < node.tok_end && !partial; ++k) {
