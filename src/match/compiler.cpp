@@ -1696,9 +1696,9 @@ struct Classifier {
   static constexpr size_t kMaxLabels = 8;
   static constexpr size_t kMaxLabelSets = 1024;
   static constexpr int kMaxLabelRounds = 32;
-  static constexpr size_t kMaxLiveLabels = 64;
-  static constexpr size_t kMaxLiveSets = 128;
-  static constexpr size_t kMaxLiveSteps = 4096;  // set steps over every round
+  static constexpr size_t kMaxLiveLabels = 24;
+  static constexpr size_t kMaxLiveSets = 64;
+  static constexpr size_t kMaxLiveSteps = 1024;  // set steps over every round
   std::vector<Label> labels_{};
   static constexpr uint32_t kNoState = 0xFFFFFFFFu;
   // The sets reachable from set0 through C, with the label each was first entered by: the
