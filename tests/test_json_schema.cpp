@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,27 @@ TEST(JsonSchemaEnum, EnumAndConst) {
   expect_language(Lang(R"({"const":"x\"y"})"), {R"("x\"y")"}, {"\"x\""});
   // enum filtered by type
   expect_language(Lang(R"({"type":"string","enum":["a",1]})"), {"\"a\""}, {"1"});
+}
+
+// Sixteen literal values or more are written as a trie of their JSON texts (shared
+// prefixes once, a rule per branching point): the same language as the alternatives.
+TEST(JsonSchemaEnum, ManyLiteralsAsTrie) {
+  std::vector<std::string> names = {
+      "ac_debug", "ac_debugText", "ac_DebugFilter", "a_pose", "a_poseX",   "b",  "bé", "bé\"q",
+      "b\\c",     "日本",         "日本語",         "",       "ac_debugZ", "zz", "z",  "ac"};
+  std::string schema = R"({"enum":[true,null,7,{"k":1})";
+  for (const std::string& n : names) schema += "," + nlohmann::json(n).dump();
+  schema += "]}";
+  const std::string gbnf = lacuna::json_schema_to_gbnf(schema);
+  // A shared prefix is written once ("debug" of ac_debug, ac_debugText, ac_debugZ).
+  const size_t first = gbnf.find("debug");
+  ASSERT_NE(first, std::string::npos) << gbnf;
+  EXPECT_EQ(gbnf.find("debug", first + 1), std::string::npos) << gbnf;
+  std::vector<std::string> yes = {"true", "null", "7", R"({"k":1})"};
+  for (const std::string& n : names) yes.push_back(nlohmann::json(n).dump());
+  expect_language(Lang(schema), yes,
+                  {"false", "\"ac_debu\"", "\"ac_debugTextX\"", "\"a_pos\"", "\"b\\\"\"", "\"日\"",
+                   "\"ac_\"", "\"\"\"", "\"zzz\"", "8"});
 }
 
 TEST(JsonSchemaString, Length) {

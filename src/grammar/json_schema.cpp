@@ -1573,17 +1573,80 @@ class Converter {
         values = e;
       }
     }
-    std::vector<std::string> alts;
+    std::vector<std::string> alts, texts;  // texts: the JSON texts of strings, booleans, null
     std::set<std::string> seen;
     for (const json& v : values) {
       if (!type_matches(v, types)) continue;
       if (!value_fits(v, s)) continue;
       if (std::find(excluded.begin(), excluded.end(), v) != excluded.end()) continue;
       std::string lit = literal_value(v);
-      if (seen.insert(lit).second) alts.push_back(lit);
+      if (!seen.insert(lit).second) continue;
+      if (v.is_string() || v.is_boolean() || v.is_null()) {
+        texts.push_back(v.dump(-1, ' ', false, json::error_handler_t::replace));
+      } else {
+        alts.push_back(lit);
+      }
+    }
+    if (texts.size() >= kMinEnumTrie) {
+      std::sort(texts.begin(), texts.end());
+      alts.push_back(literal_trie(texts, 0, texts.size(), 0, hint_of(ptr)));
+    } else {
+      for (const std::string& t : texts) alts.push_back(gbnf::literal(t));
     }
     if (alts.empty()) return "";
     return rules_.add(hint_of(ptr), join_alts(alts));
+  }
+
+  // Many literal values (an enum of 2,461 names in JsonSchemaStore's cryproj) written as
+  // alternatives make a parse state of one stack per value at the value's start, and every
+  // step of it (and of what follows its first characters) costs in proportion: 6-50 ms
+  // first-use masks. Written as a trie of their texts instead (the common prefix of a group
+  // once, each branching point a rule of its own), the same language has a few stacks per
+  // state. `texts` sorted; [lo, hi) share their first `depth` bytes, a code point boundary.
+  static constexpr size_t kMinEnumTrie = 16;
+  std::string literal_trie(const std::vector<std::string>& texts, size_t lo, size_t hi,
+                           size_t depth, const std::string& hint) {
+    auto cp_len = [](const std::string& t, size_t at) {
+      const auto c = static_cast<unsigned char>(t[at]);
+      const size_t n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+      return std::min(n, t.size() - at);
+    };
+    std::vector<std::string> alts;
+    bool ends = false;  // one text ends here (not for JSON texts: they are prefix-free)
+    for (size_t i = lo; i < hi;) {
+      if (texts[i].size() == depth) {
+        ends = true;
+        ++i;
+        continue;
+      }
+      const size_t n = cp_len(texts[i], depth);
+      size_t j = i + 1;
+      while (j < hi && texts[j].compare(depth, n, texts[i], depth, n) == 0) ++j;
+      // The group's common prefix, a code point at a time.
+      size_t end = depth + n;
+      if (j - i == 1) {
+        end = texts[i].size();
+      } else {
+        while (end < texts[i].size()) {
+          const size_t m = cp_len(texts[i], end);
+          bool same = true;
+          for (size_t k = i + 1; k < j && same; ++k) {
+            same = texts[k].compare(end, m, texts[i], end, m) == 0 && texts[k].size() >= end + m;
+          }
+          if (!same) break;
+          end += m;
+        }
+      }
+      std::string alt = gbnf::literal(std::string_view(texts[i]).substr(depth, end - depth));
+      if (j - i > 1 || end < texts[i].size()) {
+        alt += " " + literal_trie(texts, i, j, end, hint);
+      }
+      alts.push_back(std::move(alt));
+      i = j;
+    }
+    if (alts.size() == 1 && !ends) return alts[0];
+    std::string body = join_alts(alts);
+    return rules_.add(hint, ends ? "(" + body + ")?" : body);
   }
 
   // Filters enum values by the simple sibling keywords a value can be checked against.
