@@ -1697,7 +1697,7 @@ struct Classifier {
   static constexpr size_t kMaxLabelSets = 1024;
   static constexpr int kMaxLabelRounds = 32;
   static constexpr size_t kMaxLiveLabels = 24;
-  static constexpr size_t kMaxLiveSets = 64;
+  static constexpr size_t kMaxLiveSets = 512;
   static constexpr size_t kMaxLiveSteps = 1024;  // set steps over every round
   std::vector<Label> labels_{};
   static constexpr uint32_t kNoState = 0xFFFFFFFFu;
