@@ -1697,9 +1697,11 @@ struct Classifier {
   static constexpr size_t kMaxLabelSets = 1024;
   static constexpr int kMaxLabelRounds = 32;
   static constexpr size_t kMaxLiveLabels = 24;
-  static constexpr size_t kMaxLiveSets = 512;
-  static constexpr size_t kMaxLiveSteps = 1024;  // set steps over every round
+  static constexpr size_t kMaxLiveSets = 256;
+  static constexpr size_t kMaxLiveSteps = 512;  // set steps over every round
+  static constexpr uint32_t kMaxLiveMembers = 32;
   std::vector<Label> labels_{};
+  size_t label_steps_ = 0;  // the set steps of the last live find_labels
   static constexpr uint32_t kNoState = 0xFFFFFFFFu;
   // The sets reachable from set0 through C, with the label each was first entered by: the
   // local automaton's states (state q is label_queue_[q].first) and label_next_[q * k + l].
@@ -1743,7 +1745,7 @@ struct Classifier {
   // `max_labels` labels, and C stays broad or nothing is found.
   bool find_labels(uint32_t set0, size_t max_labels = kMaxLabels, bool live = false) {
     Label excl{{0, 0}, false};
-    size_t steps = 0;
+    label_steps_ = 0;
     for (int round = 0; round < kMaxLabelRounds; ++round) {
       labels_.assign(1, Label{{~excl.ascii[0], ~excl.ascii[1]}, !excl.non_ascii});
       if (live && printable_count(labels_[0].ascii) < kMinExitClassPrintable) return false;
@@ -1779,6 +1781,9 @@ struct Classifier {
         bool fits = states.uniform(s);
         uint32_t n;
         const uint32_t* m = states.members(s, &n);
+        // Live: a set of many stacks (an ambiguous pattern's, growing with each step) costs
+        // a lot per step and rarely ends in a finite automaton.
+        if (live && n > kMaxLiveMembers) return false;
         for (uint32_t i = 0; i < n && fits; ++i) {
           const Elem& e = g.elems[pool.pos(m[i])];
           if (e.kind != detail::kChars) {
@@ -1792,7 +1797,7 @@ struct Classifier {
           if (!drop(in)) return false;
           break;
         }
-        if (live && (steps += labels_.size()) > kMaxLiveSteps) return false;
+        if (live && (label_steps_ += labels_.size()) > kMaxLiveSteps) return false;
         for (const Label& l : labels_) {
           const uint32_t v = states.step(s, label_rep(l));
           // Some member leaves the context on this label (live: or the set dies on it).
@@ -2034,15 +2039,22 @@ struct Classifier {
   // Per set (null: not live), until the walk states forget their sets.
   std::unordered_map<uint32_t, std::unique_ptr<LiveAuto>> live_{};
   static constexpr size_t kMaxLiveMemo = 4096;
+  size_t live_costly_ = 0, live_found_ = 0;
+  static constexpr size_t kCostlyLiveSteps = 64, kMaxCostlyLive = 4;
   const LiveAuto* live_auto(uint32_t set) {
     auto it = live_.find(set);
     if (it != live_.end()) return it->second.get();
     if (live_.size() >= kMaxLiveMemo) live_.clear();
     std::unique_ptr<LiveAuto>& out = live_[set];
-    if (printable_count(states.first(set).ascii) < kMinExitClassPrintable ||
-        !find_labels(set, kMaxLiveLabels, true)) {
+    // A grammar whose sets keep failing after many steps (an ambiguous pattern whose sets
+    // grow without end, key automata past the bounds) stops trying: each try cost 0.2-1.7 ms.
+    if (live_costly_ >= kMaxCostlyLive && live_costly_ > live_found_) return nullptr;
+    if (printable_count(states.first(set).ascii) < kMinExitClassPrintable) return nullptr;
+    if (!find_labels(set, kMaxLiveLabels, true)) {
+      if (label_steps_ > kCostlyLiveSteps) ++live_costly_;
       return nullptr;
     }
+    ++live_found_;
     auto la = std::make_unique<LiveAuto>();
     la->cls = labels_union();
     if (printable_count(la->cls.ascii) < kMinExitClassPrintable) return nullptr;
