@@ -96,6 +96,33 @@ TEST(Regex, SearchSemanticsAndAnchors) {
   EXPECT_FALSE(mixed.accepts("za"));
 }
 
+// Search semantics against std::regex_search, with repetitions at the unanchored ends
+// (trimmed to their minimum: `.*` next to them absorbs the rest) and inside.
+TEST(Regex, SearchAgreesWithStdRegexSearch) {
+  const std::vector<std::string> patterns = {
+      "[a-c][a-c0-9]*", "[ab:.-]{1,25}", "^a+",       "b{2,5}$",    "(ab*){1,3}", "x*",
+      "^(ab)+c*",       "c?a{2,}b*",     "(a|bc)+d?", "^a*b{0,2}$", "(a*b){2,3}"};
+  const std::string alphabet = "abcd0:.- ";
+  std::mt19937 rng(7);
+  lacuna::RegexOptions search;
+  search.search = true;
+  for (const std::string& p : patterns) {
+    Re re(p, search);
+    std::regex oracle(p, std::regex::ECMAScript);
+    for (int i = 0; i < 400; ++i) {
+      std::string str;
+      const size_t len = rng() % 8;
+      for (size_t k = 0; k < len; ++k) str.push_back(alphabet[rng() % alphabet.size()]);
+      EXPECT_EQ(re.accepts(str), std::regex_search(str, oracle))
+          << "pattern " << p << " on '" << str << "'\n"
+          << re.gbnf();
+    }
+  }
+  // What the trim leaves: one character of the class between the two `.*`.
+  EXPECT_EQ(Re("[a-c][a-c0-9]*", search).gbnf().find("]*"), std::string::npos);
+  EXPECT_EQ(Re("[ab:.-]{1,25}", search).gbnf().find("25"), std::string::npos);
+}
+
 // An empty class (`[]`) never matches: an alternative made of one is dropped rather than read
 // as "", and a repetition of one matches only "" (fuzz_regex found `(?:[]|x)*` emitted as a
 // repetition of a group that matches "", which the GBNF parser refuses).

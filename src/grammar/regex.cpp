@@ -456,6 +456,35 @@ void flatten_seq(const Node& n, std::vector<Node>& out) {
   }
 }
 
+// Search semantics: next to an unanchored end, `.*` absorbs whatever a repetition there
+// matches beyond its minimum, so `.* x{m,n} P` is the language of `.* x{m} P`, `.* x{0,n} P`
+// that of `.* P`, and `x{1,n}` is x, whose own end is trimmed the same way (and likewise at
+// the other end). Such repetitions next to `.*` are ambiguous: `[A-Za-z0-9-_.:]{1,255}`
+// searched for (any string holding one such character) made parse states of up to 34,000
+// stacks, and `[a-z][a-z0-9]*` is `[a-z]`.
+void trim_search_ends(std::vector<Node>& items, bool start_free, bool end_free) {
+  for (const bool front : {true, false}) {
+    if (front ? !start_free : !end_free) continue;
+    while (!items.empty()) {
+      Node& n = front ? items.front() : items.back();
+      if (n.kind != Node::Kind::Repeat) break;
+      if (n.min > 1) {
+        n.max = n.min;
+        break;
+      }
+      std::vector<Node> kid;
+      if (n.min == 1) flatten_seq(n.kids[0], kid);
+      if (front) {
+        items.erase(items.begin());
+        items.insert(items.begin(), kid.begin(), kid.end());
+      } else {
+        items.pop_back();
+        items.insert(items.end(), kid.begin(), kid.end());
+      }
+    }
+  }
+}
+
 // Splits a node into anchor-free branches, distributing leading and trailing alternations
 // that contain anchors. Throws for anchors in other positions.
 void split_branches(const Node& n, std::vector<Branch>& out, size_t limit) {
@@ -818,17 +847,20 @@ std::string regex_expression(std::string_view pattern, gbnf::RuleSet& rules, Enc
   std::string out;
   size_t live = 0;
   for (const Branch& b : branches) {
-    const std::optional<Node> kept = live_sequence(b.items);
+    std::optional<Node> kept = live_sequence(b.items);
     if (!kept) continue;  // this branch can never match
-    const Node& seq = *kept;
+    Node& seq = *kept;
     bool anchored_start = b.start || !options.search;
     bool anchored_end = b.end || !options.search;
+    trim_search_ends(seq.kids, !anchored_start, !anchored_end);
     std::string body;
     if (!anchored_start) body += any_rule();
     std::string e = seq.kids.empty() ? "" : emitter.emit(seq);
     if (!e.empty() && e != "\"\"") {
       if (!body.empty()) body += " ";
       body += e;
+    } else if (!anchored_start) {
+      anchored_end = true;  // `.*` once
     }
     if (!anchored_end) {
       if (!body.empty()) body += " ";
@@ -982,9 +1014,10 @@ KeyClassifier::KeyClassifier(const std::vector<std::string>& patterns,
     std::vector<Branch> branches;
     split_branches(root, branches, 64);
     for (const Branch& b : branches) {
-      const std::optional<Node> live = live_sequence(b.items);
+      std::optional<Node> live = live_sequence(b.items);
       if (!live) continue;  // this branch can never match
-      const Node& seq = *live;
+      Node& seq = *live;
+      trim_search_ends(seq.kids, !b.start, !b.end);
       int s = nfa.add_state();
       nfa.eps(0, s);
       if (!b.start) nfa.edge(s, any, s);  // search: anything before the match
