@@ -1696,7 +1696,7 @@ struct Classifier {
   static constexpr size_t kMaxLabels = 8;
   static constexpr size_t kMaxLabelSets = 1024;
   static constexpr int kMaxLabelRounds = 32;
-  static constexpr size_t kMaxLiveLabels = 24;
+  static constexpr size_t kMaxLiveLabels = 12;
   static constexpr size_t kMaxLiveSets = 256;
   static constexpr size_t kMaxLiveSteps = 512;  // set steps over every round
   static constexpr uint32_t kMaxLiveMembers = 32;
