@@ -1454,45 +1454,12 @@ struct Classifier {
     // A bounded cover holds the tokens between the stops too: they are no longer than its run.
     const bool cov = !past_end && covered(j, set, c.depth, c.pending);
     region_exits_.clear();
-    // Nodes [lo, hi) under a node inside the class: the tokens up to each exit or cut, then
-    // past its subtree.
-    auto scan = [&](uint32_t lo, uint32_t hi) {
-      uint32_t cur = lo;
-      auto it = std::lower_bound(exits->begin(), exits->end(), cur);
-      std::vector<uint32_t>::const_iterator ct;
-      if (cuts != nullptr) ct = std::lower_bound(cuts->begin(), cuts->end(), cur);
-      while (cur < hi) {
-        it = gallop(it, exits->end(), cur);
-        uint32_t b = it != exits->end() && *it < hi ? *it : hi;
-        bool is_cut = false;
-        if (cuts != nullptr) {
-          ct = gallop(ct, cuts->end(), cur);
-          if (ct != cuts->end() && *ct < b) {
-            b = *ct;
-            is_cut = true;
-          }
-        }
-        take_in_run(trie[cur].tok_begin, tok_begin_of(b), set, c.depth, out, rest, cov);
-        if (b == hi) break;
-        if (!is_cut || cut_lives(b)) region_exits_.push_back(b);
-        cur = trie[b].end;
-      }
-    };
-    if (in_run_class(r, trie[j].cp)) {
-      scan(j + 1, trie[j].end);
-    } else {
-      const auto& off = tokens.child_offsets();
-      const auto& kids = tokens.child_nodes();
-      for (uint32_t k = off[j]; k < off[j + 1]; ++k) {
-        const uint32_t n = kids[k];
-        if (!in_run_class(r, trie[n].cp)) {
-          region_exits_.push_back(n);
-          continue;
-        }
-        take_in_run(trie[n].tok_begin, trie[n].tok_end, set, c.depth, out, rest, cov);
-        scan(n + 1, trie[n].end);
-      }
-    }
+    class_region(
+        j, class_key(r), *exits, cuts,
+        [&](uint32_t tb, uint32_t te) { take_in_run(tb, te, set, c.depth, out, rest, cov); },
+        [&](uint32_t b, bool is_cut) {
+          if (!is_cut || cut_lives(b)) region_exits_.push_back(b);
+        });
     // Each exit is walked on from the run's set at its parent: one frame per depth. Pushed
     // in reverse so that they are visited in trie order.
     run_frames_.clear();
@@ -1517,6 +1484,56 @@ struct Classifier {
     }
     return true;
   }
+  // The tokens below node j up to where a class ends, in trie order: take(tb, te) for each
+  // range of trie tokens whose code points past j lie in the class, stop(b, is_cut) for each
+  // node b where it ends: an exit (outside the class, its parent inside), a child of j
+  // outside it, or one of `cuts` (nodes one past a bounded run's depth; may be null).
+  template <class Take, class Stop>
+  void class_region(uint32_t j, const detail::SharedMasks::ClassKey& cls,
+                    const std::vector<uint32_t>& exits, const std::vector<uint32_t>* cuts,
+                    Take take, Stop stop) const {
+    const auto& trie = tokens.trie();
+    // Nodes [lo, hi) under a node inside the class: the tokens up to each exit or cut, then
+    // past its subtree.
+    auto scan = [&](uint32_t lo, uint32_t hi) {
+      uint32_t cur = lo;
+      auto it = std::lower_bound(exits.begin(), exits.end(), cur);
+      std::vector<uint32_t>::const_iterator ct;
+      if (cuts != nullptr) ct = std::lower_bound(cuts->begin(), cuts->end(), cur);
+      while (cur < hi) {
+        it = gallop(it, exits.end(), cur);
+        uint32_t b = it != exits.end() && *it < hi ? *it : hi;
+        bool is_cut = false;
+        if (cuts != nullptr) {
+          ct = gallop(ct, cuts->end(), cur);
+          if (ct != cuts->end() && *ct < b) {
+            b = *ct;
+            is_cut = true;
+          }
+        }
+        take(trie[cur].tok_begin, tok_begin_of(b));
+        if (b == hi) break;
+        stop(b, is_cut);
+        cur = trie[b].end;
+      }
+    };
+    if (in_class(cls, trie[j].cp)) {
+      scan(j + 1, trie[j].end);
+      return;
+    }
+    const auto& off = tokens.child_offsets();
+    const auto& kids = tokens.child_nodes();
+    for (uint32_t k = off[j]; k < off[j + 1]; ++k) {
+      const uint32_t n = kids[k];
+      if (!in_class(cls, trie[n].cp)) {
+        stop(n, false);
+        continue;
+      }
+      take(trie[n].tok_begin, trie[n].tok_end);
+      scan(n + 1, trie[n].end);
+    }
+  }
+
   // The first element of the sorted [first, last) not below v, searched forward from first
   // in doubling steps: the stops of a scan are found in trie order, mostly close together
   // (a bounded run's cuts, thousands per region).
@@ -2182,36 +2199,12 @@ struct Classifier {
     const auto& depth_of = tokens.node_depth();
     const size_t from = depth_of[j];  // code points of a token below j before its first in C
     region_exits_.clear();
-    auto take = [&](uint32_t tb, uint32_t te) {
-      for (uint32_t k = tb; k < te; ++k) live_take(*la, 0, from, tt[k]);
-    };
-    auto scan = [&](uint32_t lo, uint32_t hi) {
-      uint32_t cur = lo;
-      auto it = std::lower_bound(exits->begin(), exits->end(), cur);
-      while (cur < hi) {
-        it = gallop(it, exits->end(), cur);
-        const uint32_t b = it != exits->end() && *it < hi ? *it : hi;
-        take(trie[cur].tok_begin, tok_begin_of(b));
-        if (b == hi) break;
-        region_exits_.push_back(b);
-        cur = trie[b].end;
-      }
-    };
-    if (in_class(la->cls, trie[j].cp)) {
-      scan(j + 1, trie[j].end);
-    } else {
-      const auto& off = tokens.child_offsets();
-      const auto& kids = tokens.child_nodes();
-      for (uint32_t k = off[j]; k < off[j + 1]; ++k) {
-        const uint32_t n = kids[k];
-        if (!in_class(la->cls, trie[n].cp)) {
-          region_exits_.push_back(n);
-          continue;
-        }
-        take(trie[n].tok_begin, trie[n].tok_end);
-        scan(n + 1, trie[n].end);
-      }
-    }
+    class_region(
+        j, la->cls, *exits, nullptr,
+        [&](uint32_t tb, uint32_t te) {
+          for (uint32_t k = tb; k < te; ++k) live_take(*la, 0, from, tt[k]);
+        },
+        [&](uint32_t b, bool) { region_exits_.push_back(b); });
     // One frame per local state, pushed in reverse so that the exits are visited in trie
     // order.
     live_frames_.assign(la->sets.size(), kNoFrame);
