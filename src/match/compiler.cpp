@@ -1223,14 +1223,16 @@ struct Classifier {
   // The cover's bitmask: the class tokens less those under cover_clear.
   void cover_into(std::vector<uint32_t>& bits) const {
     bits = *cover_bits;
+    for (uint32_t j : cover_clear) clear_tokens_below(bits, j);
+  }
+  // Clears the bits of the tokens at and below trie node j.
+  void clear_tokens_below(std::vector<uint32_t>& bits, uint32_t j) const {
     const auto& trie = tokens.trie();
     const auto& tt = tokens.trie_tokens();
-    for (uint32_t j : cover_clear) {
-      const uint32_t te = tok_begin_of(trie[j].end);
-      for (uint32_t k = trie[j].tok_begin; k < te; ++k) {
-        const auto t = static_cast<uint32_t>(tt[k].id);
-        bits[t >> 5] &= ~(1u << (t & 31));
-      }
+    const uint32_t te = tok_begin_of(trie[j].end);
+    for (uint32_t k = trie[j].tok_begin; k < te; ++k) {
+      const auto t = static_cast<uint32_t>(tt[k].id);
+      bits[t >> 5] &= ~(1u << (t & 31));
     }
   }
 
@@ -1263,19 +1265,12 @@ struct Classifier {
           auto bits = std::make_unique<std::vector<uint32_t>>(words, 0);
           const auto& trie = tokens.trie();
           const auto& tt = tokens.trie_tokens();
-          auto clear_below = [&](uint32_t j) {
-            const uint32_t te = tok_begin_of(trie[j].end);
-            for (uint32_t k = trie[j].tok_begin; k < te; ++k) {
-              const auto t = static_cast<uint32_t>(tt[k].id);
-              (*bits)[t >> 5] &= ~(1u << (t & 31));
-            }
-          };
           if (all != nullptr) {
             *bits = *all;
             for (uint32_t j : tokens.root_children()) {
-              if (!in_class(cls, trie[j].cp)) clear_below(j);
+              if (!in_class(cls, trie[j].cp)) clear_tokens_below(*bits, j);
             }
-            for (uint32_t b : *exits) clear_below(b);
+            for (uint32_t b : *exits) clear_tokens_below(*bits, b);
           } else {
             // The trie in preorder, pruned at code points outside the class.
             for (uint32_t j = 1; j < trie.size();) {
@@ -1871,6 +1866,24 @@ struct Classifier {
     }
     return false;
   }
+  // The label of each code point (-1: outside C), for walking code points through the
+  // automaton on labels: label walks' label trie and live walks' paths.
+  struct LabelTable {
+    int8_t ascii[128];  // per ASCII code point
+    int8_t high = -1;   // the code points >= 128
+    int label(uint32_t cp) const { return cp < 128 ? ascii[cp] : high; }
+  };
+  LabelTable label_table() const {
+    LabelTable t;
+    std::fill(t.ascii, t.ascii + 128, int8_t{-1});
+    for (size_t i = 0; i < labels_.size(); ++i) {
+      for (uint32_t c = 0; c < 128; ++c) {
+        if (in_class(labels_[i], c)) t.ascii[c] = static_cast<int8_t>(i);
+      }
+      if (labels_[i].non_ascii) t.high = static_cast<int8_t>(i);
+    }
+    return t;
+  }
   // C: the union of the labels.
   Label labels_union() const {
     Label u{{0, 0}, false};
@@ -1908,15 +1921,7 @@ struct Classifier {
     auto lt = std::make_unique<detail::SharedMasks::LabelTrie>();
     const auto k = static_cast<uint32_t>(labels_.size());
     lt->k = k;
-    int8_t ascii_label[128];
-    int8_t high_label = -1;
-    std::fill(ascii_label, ascii_label + 128, int8_t{-1});
-    for (uint32_t i = 0; i < k; ++i) {
-      for (uint32_t c = 0; c < 128; ++c) {
-        if (in_class(labels_[i], c)) ascii_label[c] = static_cast<int8_t>(i);
-      }
-      if (labels_[i].non_ascii) high_label = static_cast<int8_t>(i);
-    }
+    const LabelTable table = label_table();
     const auto& trie = tokens.trie();
     const auto& depth_of = tokens.node_depth();
     std::vector<uint32_t> at(1, 0);
@@ -1927,7 +1932,7 @@ struct Classifier {
     for (uint32_t j = 1; j < trie.size();) {
       tick();  // (an eager walk past its budget is abandoned here too: nothing is kept)
       const uint32_t cp = trie[j].cp;
-      const int l = cp < 128 ? ascii_label[cp] : high_label;
+      const int l = table.label(cp);
       const uint32_t d = depth_of[j];
       if (l < 0) {
         if (d >= 2) lt->exits.push_back({j, at[d - 1]});
@@ -2063,10 +2068,9 @@ struct Classifier {
     uint32_t k = 0;              // labels
     std::vector<uint32_t> sets;  // per local state (0: the start)
     std::vector<uint32_t> next;  // next[q * k + label]
-    int8_t ascii[128];           // label per ASCII code point (-1: outside C)
-    int8_t high = -1;            // label of the code points >= 128
+    LabelTable table;
     uint32_t step(uint32_t q, uint32_t cp) const {
-      const int l = cp < 128 ? ascii[cp] : high;
+      const int l = table.label(cp);
       return l < 0 ? kNoState : next[size_t{q} * k + static_cast<uint32_t>(l)];
     }
     // The local state after cps[from, to) from q (kNoState: one is outside C).
@@ -2095,16 +2099,9 @@ struct Classifier {
     }
     ++live_found_;
     auto la = std::make_unique<LiveAuto>();
-    la->cls = labels_union();
-    if (printable_count(la->cls.ascii) < kMinExitClassPrintable) return nullptr;
+    la->cls = labels_union();  // broad: find_labels checked it in live mode
     la->k = static_cast<uint32_t>(labels_.size());
-    std::fill(la->ascii, la->ascii + 128, int8_t{-1});
-    for (uint32_t i = 0; i < la->k; ++i) {
-      for (uint32_t c = 0; c < 128; ++c) {
-        if (in_class(labels_[i], c)) la->ascii[c] = static_cast<int8_t>(i);
-      }
-      if (labels_[i].non_ascii) la->high = static_cast<int8_t>(i);
-    }
+    la->table = label_table();
     la->next = label_next_;
     for (const auto& e : label_queue_) la->sets.push_back(e.first);
     out = std::move(la);
@@ -2143,10 +2140,11 @@ struct Classifier {
     const auto& trie = tokens.trie();
     const auto& tt = tokens.trie_tokens();
     const auto& depth_of = tokens.node_depth();
-    for (uint32_t x : tokens.partial_trie_tokens()) {
-      size_t n;
-      tokens.code_points(tt[x].id, &n);
-      if (n > 0) live_take(*la, 0, 0, tt[x]);  // (n == 0: at the root, sorted apart)
+    // (Those at the root, with no full code point, classify_context sorts apart.)
+    const auto& partial = tokens.partial_trie_tokens();
+    for (auto it = std::lower_bound(partial.begin(), partial.end(), trie[0].tok_end);
+         it != partial.end(); ++it) {
+      live_take(*la, 0, 0, tt[*it]);
     }
     // The exits and their sets first: the walks below may find other sets live (live_
     // grows, and la's labels are reused by find_labels).
