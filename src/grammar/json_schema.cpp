@@ -1606,41 +1606,30 @@ class Converter {
   static constexpr size_t kMinEnumTrie = 16;
   std::string literal_trie(const std::vector<std::string>& texts, size_t lo, size_t hi,
                            size_t depth, const std::string& hint) {
-    auto cp_len = [](const std::string& t, size_t at) {
-      const auto c = static_cast<unsigned char>(t[at]);
-      const size_t n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-      return std::min(n, t.size() - at);
-    };
     std::vector<std::string> alts;
     bool ends = false;  // one text ends here (not for JSON texts: they are prefix-free)
     for (size_t i = lo; i < hi;) {
-      if (texts[i].size() == depth) {
+      const std::string& t = texts[i];
+      if (t.size() == depth) {
         ends = true;
         ++i;
         continue;
       }
-      const size_t n = cp_len(texts[i], depth);
+      // The group: the texts whose next code point is t's.
+      size_t first_end = depth;
+      uint32_t cp;
+      if (!gbnf::decode_utf8(t, first_end, cp)) first_end = depth + 1;
+      const size_t n = first_end - depth;
       size_t j = i + 1;
-      while (j < hi && texts[j].compare(depth, n, texts[i], depth, n) == 0) ++j;
-      // The group's common prefix, a code point at a time.
+      while (j < hi && texts[j].compare(depth, n, t, depth, n) == 0) ++j;
+      // Its common prefix: that of its first and last texts (they are sorted), cut back to
+      // a code point boundary.
+      const std::string& last = texts[j - 1];
       size_t end = depth + n;
-      if (j - i == 1) {
-        end = texts[i].size();
-      } else {
-        while (end < texts[i].size()) {
-          const size_t m = cp_len(texts[i], end);
-          bool same = true;
-          for (size_t k = i + 1; k < j && same; ++k) {
-            same = texts[k].compare(end, m, texts[i], end, m) == 0 && texts[k].size() >= end + m;
-          }
-          if (!same) break;
-          end += m;
-        }
-      }
-      std::string alt = gbnf::literal(std::string_view(texts[i]).substr(depth, end - depth));
-      if (j - i > 1 || end < texts[i].size()) {
-        alt += " " + literal_trie(texts, i, j, end, hint);
-      }
+      while (end < t.size() && end < last.size() && t[end] == last[end]) ++end;
+      while (end < t.size() && (static_cast<unsigned char>(t[end]) & 0xC0) == 0x80) --end;
+      std::string alt = gbnf::literal(std::string_view(t).substr(depth, end - depth));
+      if (j - i > 1 || end < t.size()) alt += " " + literal_trie(texts, i, j, end, hint);
       alts.push_back(std::move(alt));
       i = j;
     }
