@@ -466,6 +466,43 @@ ws ::= [ \t\n]{0,6})",
   EXPECT_GT(stats.steps, grammars.size());
 }
 
+// A run's depth is followed only as far as a walk asks (the height of the subtree it would
+// take) and kept as a lower bound past that. Bounded repetitions near a token's length, and
+// a long one after a literal (a `maxLength` string after a key), with every depth computed
+// checked against its chain followed to the end (a bound may not claim more).
+TEST_P(Oracle, LazyRunDepthsMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  std::vector<std::string> grammars = {
+      R"(root ::= "x" [^\n]{0,5} "\n" [^\n]{0,3} "\n")",
+      R"(root ::= "\"" [^"\\]{0,255} "\"" [ ]{0,3} "\"")",
+      // A schema's object of strings with a maxLength, as the converter writes it.
+      R"(root ::= "{" ws ("\"company\"" ws ":" ws s ("," ws "\"role\"" ws ":" ws s)?)? ws "}"
+s ::= "\"" c{0,255} "\"" | "null"
+c ::= [^"\\\x00-\x1F] | "\\" ["\\/bfnrt]
+ws ::= [ \t\n]{0,20})"};
+  // Bounds near the length of a token; digits come first in the trie and their subtrees
+  // are short, so a set is first asked for a little depth.
+  for (int n = 3; n <= 8; ++n) {
+    const std::string word = "[0-9a-z]{0," + std::to_string(n) + "}";
+    grammars.push_back("root ::= " + word + " (\".\" " + word + "){0,2} \";\"");
+    grammars.push_back("root ::= \"{\\\"\" [a-z]{0," + std::to_string(n) +
+                       "} \"\\\":\\\"\" [^\"\\\\]{0," + std::to_string(n + 2) + "} \"\\\"}\"");
+  }
+  // Every depth computed is also checked against its chain followed to the end.
+  struct CheckDepths {
+    CheckDepths() { detail::test_check_run_depths = true; }
+    ~CheckDepths() { detail::test_check_run_depths = false; }
+  } check;
+  const uint64_t bounds0 = detail::test_walk_counters.depth_bounds.load();
+  const WalkStats stats = walk_each(fx, grammars, 4, 12, 4242);
+  const uint64_t bounds = detail::test_walk_counters.depth_bounds.load() - bounds0;
+  std::printf("[oracle] %s lazy run depths: %zu steps compared, %llu depths left as bounds\n",
+              GetParam().c_str(), stats.steps, static_cast<unsigned long long>(bounds));
+  EXPECT_GT(stats.steps, grammars.size());
+  EXPECT_GT(bounds, 0u);
+}
+
 // Chains whose positions have equal structural classes share one mask walk; these grammars
 // have equal rules and equal rests in places whose continuations differ, so a key that left
 // out the continuation past a chain's end, or told apart too little, would show here.

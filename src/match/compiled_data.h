@@ -348,8 +348,12 @@ inline std::atomic<size_t> test_leave_cap{0};
 struct WalkCounters {
   std::atomic<uint64_t> leave_walks{0}, no_mask{0}, state_resets{0};
   std::atomic<uint64_t> live_walks{0}, live_regions{0};  // live_walk, live_region taken
+  std::atomic<uint64_t> depth_bounds{0};  // runs whose depth was followed only as far as asked
 };
 inline WalkCounters test_walk_counters;
+// Tests only: every run depth a walk asks for is checked against its chain followed to the
+// end (WalkStates::run throws std::logic_error when a lower bound claims too much).
+inline std::atomic<bool> test_check_run_depths{false};
 
 struct CompiledData {
   CompiledData();

@@ -3,10 +3,13 @@
 // context as accepted / rejected / uncertain by one walk of the vocabulary trie, at compile
 // time or on the context's first use.
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <chrono>
 #include <deque>
 #include <map>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 
@@ -536,16 +539,23 @@ class WalkStates {
     Mode before_;
   };
 
-  Run run(uint32_t set) {
+  // The run of `set` with its depth known up to `need`: the depth returned is exact when
+  // below `need`, and otherwise at least `need` (a lower bound; a walk asks for the height
+  // of the subtree it would take, and a bounded repetition's chain of sets, 255 of them
+  // for a `maxLength` of 255, is followed only that far).
+  Run run(uint32_t set, uint32_t need) {
     grow_runs();
     auto& runs = *runs_;
     auto& state = *run_state_;
-    if (state[set] == 2) return runs[set];
-    // Follow the chain of successors until a known depth, a break, or the cap; then fill
-    // the depths backwards.
+    if (state[set] == kDepthExact || (state[set] == kDepthAtLeast && runs[set].depth >= need)) {
+      return runs[set];
+    }
+    // Follow the chain of successors until a known depth, a break, the cap, or a depth of
+    // `need`; then fill the depths backwards.
     chain_.clear();
     uint32_t cur = set;
     uint32_t tail_depth = 0;
+    bool exact = true;
     while (true) {
       const Run r = run_base(cur);
       if (r.next == 0) {
@@ -556,29 +566,76 @@ class WalkStates {
         tail_depth = kUnbounded;
         break;
       }
-      const Run nb = run_base(r.next);
-      const bool covers = (r.ascii[0] & ~nb.ascii[0]) == 0 && (r.ascii[1] & ~nb.ascii[1]) == 0 &&
-                          (!r.non_ascii || nb.non_ascii);
-      if (!covers || chain_.size() >= kMaxChain) {
+      if (!continues(r) || chain_.size() >= kMaxChain) {
         tail_depth = 1;
         break;
       }
-      if (state[r.next] == 2) {
+      if (state[r.next] == kDepthExact) {
         tail_depth = std::min(kUnbounded, runs[r.next].depth + 1);
+        break;
+      }
+      // From here cur's depth is at least 1 + that of r.next, and set's is chain_.size()
+      // more than cur's.
+      const size_t above = chain_.size();
+      if (state[r.next] == kDepthAtLeast && above + 1 + runs[r.next].depth >= need) {
+        tail_depth = runs[r.next].depth + 1;
+        exact = false;
+        break;
+      }
+      if (above + 2 >= need) {
+        tail_depth = 2;
+        exact = false;
         break;
       }
       chain_.push_back(cur);
       cur = r.next;
     }
+    if (!exact) detail::test_walk_counters.depth_bounds.fetch_add(1, std::memory_order_relaxed);
+    const uint8_t known = exact ? kDepthExact : kDepthAtLeast;
     runs[cur].depth = tail_depth;
-    state[cur] = 2;
+    state[cur] = known;
     for (size_t i = chain_.size(); i-- > 0;) {
       const uint32_t s = chain_[i];
       runs[s].depth = std::min(kUnbounded, runs[runs[s].next].depth + 1);
-      state[s] = 2;
+      state[s] = known;
     }
+    if (detail::test_check_run_depths.load(std::memory_order_relaxed)) check_depth(set, need);
     return runs[set];
   }
+
+  // Whether a run's strings go on in the next set's run (its class holds the run's).
+  bool continues(const Run& r) {
+    const Run nb = run_base(r.next);
+    return (r.ascii[0] & ~nb.ascii[0]) == 0 && (r.ascii[1] & ~nb.ascii[1]) == 0 &&
+           (!r.non_ascii || nb.non_ascii);
+  }
+
+  // Tests only (detail::test_check_run_depths): the depth run() gives `set` for `need`
+  // against the chain followed to its end without the memo: equal, or at least `need` and
+  // no more than the end.
+  void check_depth(uint32_t set, uint32_t need) {
+    uint32_t full = 0;
+    for (uint32_t cur = set, k = 0;; ++k) {
+      const Run r = run_base(cur);
+      if (r.next == 0) break;
+      if (r.next == cur) {
+        full = kUnbounded;
+        break;
+      }
+      ++full;
+      if (!continues(r) || k >= kMaxChain) break;
+      cur = r.next;
+    }
+    const uint32_t got = (*runs_)[set].depth;
+    if (got != full && (got < need || got > full)) {
+      throw std::logic_error("run depth " + std::to_string(got) + " for a need of " +
+                             std::to_string(need) + ", followed to the end " +
+                             std::to_string(full));
+    }
+  }
+
+  // The class and successor of a set's run, without its depth.
+  Run run_class(uint32_t set) { return run_base(set); }
 
   const uint32_t* members(uint32_t set, uint32_t* n) const { return sets_.at(set, n); }
 
@@ -599,9 +656,20 @@ class WalkStates {
     if ((*run_state_)[set] != 0) return (*runs_)[set];
     cands_.clear();
     int32_t cand_of[128];
+    std::fill(std::begin(cand_of), std::end(cand_of), -1);
+    // ASCII code points that the same members take have the same successors: one probe
+    // per group of them (a string's characters are three or four groups, where each of the
+    // 95 printable ones was a probe).
     const CharSet& f = first(set);
-    for (uint32_t c = 0; c < 128; ++c) {
-      cand_of[c] = (f.ascii[c >> 6] >> (c & 63)) & 1u ? probe(set, c) : -1;
+    ascii_groups(set, f);
+    for (const auto& g : groups_) {
+      const uint32_t lowest =
+          g[0] != 0 ? uint32_t(__builtin_ctzll(g[0])) : 64u + uint32_t(__builtin_ctzll(g[1]));
+      const int32_t k =
+          probe(set, lowest, uint32_t(__builtin_popcountll(g[0]) + __builtin_popcountll(g[1])));
+      for (int w = 0; w < 2; ++w) {
+        for (uint64_t b = g[w]; b != 0; b &= b - 1) cand_of[64 * w + __builtin_ctzll(b)] = k;
+      }
     }
     int32_t best = -1;
     uint32_t best_n = 0;
@@ -631,13 +699,46 @@ class WalkStates {
     }
     grow_runs();  // intern() may have added a set
     (*runs_)[set] = r;
-    (*run_state_)[set] = 1;
+    (*run_state_)[set] = kClassKnown;
     return r;
   }
 
-  // The successor of `set` on cp as a candidate index into cands_ (counted), or -1 when it
-  // is empty or leaves the context. Does not intern anything.
-  int32_t probe(uint32_t set, uint32_t cp) {
+  // Splits the ASCII code points of `first` (the set's) into groups taken by the same
+  // members, in the order of their lowest code points (so that candidates are met in the
+  // same order as code point by code point).
+  void ascii_groups(uint32_t set, const CharSet& first) {
+    groups_.clear();
+    if ((first.ascii[0] | first.ascii[1]) == 0) return;
+    groups_.push_back({first.ascii[0], first.ascii[1]});
+    uint32_t len;
+    const uint32_t* m = sets_.at(set, &len);
+    for (uint32_t i = 0; i < len; ++i) {
+      const Elem& e = g_.elems[pool_.pos(m[i])];
+      if (e.kind != detail::kChars) continue;
+      const CharSet& cs = g_.charsets[e.arg];
+      if (cs.any) continue;
+      const uint64_t in[2] = {cs.negated ? ~cs.ascii[0] : cs.ascii[0],
+                              cs.negated ? ~cs.ascii[1] : cs.ascii[1]};
+      for (size_t k = 0, n = groups_.size(); k < n; ++k) {
+        const std::array<uint64_t, 2> a = {groups_[k][0] & in[0], groups_[k][1] & in[1]};
+        const std::array<uint64_t, 2> b = {groups_[k][0] & ~in[0], groups_[k][1] & ~in[1]};
+        if ((a[0] | a[1]) == 0 || (b[0] | b[1]) == 0) continue;
+        groups_[k] = a;
+        groups_.push_back(b);
+      }
+    }
+    auto lowest = [](const std::array<uint64_t, 2>& g) {
+      return g[0] != 0 ? __builtin_ctzll(g[0]) : 64 + __builtin_ctzll(g[1]);
+    };
+    std::sort(groups_.begin(), groups_.end(),
+              [&](const auto& x, const auto& y) { return lowest(x) < lowest(y); });
+  }
+  std::vector<std::array<uint64_t, 2>> groups_;
+
+  // The successor of `set` on cp as a candidate index into cands_ (counted `weight` times:
+  // the ASCII code points it stands for), or -1 when it is empty or leaves the context.
+  // Does not intern anything.
+  int32_t probe(uint32_t set, uint32_t cp, uint32_t weight = 0) {
     const bool exited = successors(set, cp, mode_ == kStrict);
     if (exited && mode_ == kStrict) return -1;
     if (scratch_.empty()) return -1;
@@ -646,11 +747,11 @@ class WalkStates {
     scratch_.erase(std::unique(scratch_.begin(), scratch_.end()), scratch_.end());
     for (size_t k = 0; k < cands_.size(); ++k) {
       if (cands_[k].members == scratch_ && cands_[k].exits == exits) {
-        if (cp < 128) ++cands_[k].count;
+        cands_[k].count += weight;
         return static_cast<int32_t>(k);
       }
     }
-    cands_.push_back({scratch_, cp < 128 ? 1u : 0u, exits});
+    cands_.push_back({scratch_, weight, exits});
     return static_cast<int32_t>(cands_.size() - 1);
   }
 
@@ -748,7 +849,10 @@ class WalkStates {
   std::vector<uint8_t> pos_done_;
   Mode mode_ = kStrict;
   std::vector<Run> runs_by_mode_[3];
-  std::vector<uint8_t> run_state_by_mode_[3];  // 0: unknown, 1: class and successor, 2: depth
+  // Per set: 0 unknown, kClassKnown (class and successor), kDepthAtLeast (and a lower bound
+  // of its depth), kDepthExact.
+  static constexpr uint8_t kClassKnown = 1, kDepthAtLeast = 2, kDepthExact = 3;
+  std::vector<uint8_t> run_state_by_mode_[3];
   std::vector<Run>* runs_ = &runs_by_mode_[0];
   std::vector<uint8_t>* run_state_ = &run_state_by_mode_[0];
   std::vector<uint32_t> chain_;
@@ -928,7 +1032,7 @@ struct Classifier {
   // code points: whether it reaches them depends on those sets.
   void note_run(uint32_t set, uint32_t height) {
     for (uint32_t s = set, k = 0; s != 0 && k <= height && obs_base != kNoObserve;
-         ++k, s = states.run(s).next) {
+         ++k, s = states.run_class(s).next) {
       note_low(set_low(s));
     }
   }
@@ -938,7 +1042,7 @@ struct Classifier {
   // the subtree.
   bool bulk_accept(uint32_t j, uint32_t set, uint32_t depth, bool pending) {
     const auto& sc = tokens.subtree_chars()[j];
-    const WalkStates::Run r = states.run(set);
+    const WalkStates::Run r = states.run(set, sc.height);
     note_run(set, sc.height);
     if (sc.height > r.depth) return false;
     if ((sc.ascii[0] & ~r.ascii[0]) != 0 || (sc.ascii[1] & ~r.ascii[1]) != 0) return false;
@@ -1010,7 +1114,7 @@ struct Classifier {
       uint32_t s = set;
       bool exited = false;  // the context may end after the token's full code points
       for (size_t d = depth; d < ncp; ++d) {
-        const WalkStates::Run r = states.run(s);
+        const WalkStates::Run r = states.run_class(s);
         exited = r.exits;
         s = r.next;
       }
@@ -1069,13 +1173,12 @@ struct Classifier {
       return false;
     }
     if (states.mode() == cover_mode_) return true;
-    const WalkStates::Run r = states.run(set);
+    const WalkStates::Run r = states.run_class(set);
     if ((r.ascii[0] & ~cover_class_.ascii[0]) != 0 || (r.ascii[1] & ~cover_class_.ascii[1]) != 0 ||
         (r.non_ascii && !cover_class_.non_ascii)) {
       return false;
     }
-    return cover_len_ == WalkStates::kUnbounded ||
-           (r.depth != WalkStates::kUnbounded && r.depth + 1 <= cover_len_);
+    return cover_len_ == WalkStates::kUnbounded || states.run(set, cover_len_).depth < cover_len_;
   }
   detail::SharedMasks::ClassKey cover_class_{};  // C1
   uint32_t cover_len_ = 0;                       // at most this many code points (or kUnbounded)
@@ -1095,9 +1198,10 @@ struct Classifier {
     cover_bits = nullptr;
     cover_mode_ = states.mode();
     if (printable_count(states.first(set0).ascii) < kMinExitClassPrintable) return;
-    const WalkStates::Run r0 = states.run(set0);
+    // Depths past the longest token make no difference to the cover.
+    const WalkStates::Run r0 = states.run(set0, tokens.subtree_chars()[0].height + 1u);
     if (r0.next == 0 || printable_count(r0.ascii) < kMinExitClassPrintable) return;
-    const WalkStates::Run r1 = states.run(r0.next);
+    const WalkStates::Run r1 = states.run_class(r0.next);
     if (r0.non_ascii != r1.non_ascii) return;
     // Not a loop: a bounded run (`char{0,100}`) whose every level takes C1 covers the tokens
     // of C0 C1* up to its depth.
@@ -1106,7 +1210,7 @@ struct Classifier {
       if (r0.depth == WalkStates::kUnbounded || r0.depth < kMinBoundedCover) return;
       uint32_t s = r1.next;
       for (uint32_t d = 2; d < r0.depth; ++d) {
-        const WalkStates::Run rs = states.run(s);
+        const WalkStates::Run rs = states.run_class(s);
         if (!(class_key(rs) == class_key(r1))) return;
         s = rs.next;
       }
@@ -1417,8 +1521,8 @@ struct Classifier {
     const uint32_t n_nodes = tokens.trie()[j].end - j;
     if (past_end && n_nodes < kMinPastEndSkipNodes) return false;
     const uint32_t set = past_end ? c.fset : c.set;
-    const WalkStates::Run r = states.run(set);
     const auto& sc = tokens.subtree_chars()[j];
+    const WalkStates::Run r = states.run(set, sc.height);
     // A run shorter than the subtree: the nodes one past its depth are where it ends.
     const bool cut = r.depth < sc.height;
     if (cut && (r.depth == 0 || n_nodes < kMinCutSkipNodes)) return false;
@@ -1433,7 +1537,7 @@ struct Classifier {
     uint32_t cut_set = set;
     if (cut) {
       cuts = &depth_nodes(depth_of[j] + r.depth + 1u);
-      for (uint32_t d = 0; d < r.depth; ++d) cut_set = states.run(cut_set).next;
+      for (uint32_t d = 0; d < r.depth; ++d) cut_set = states.run_class(cut_set).next;
       if ((!c.pending || past_end) && !tolerant_) {
         cut_first = cut_set != 0 ? &states.first(cut_set) : &kNothing;
       }
@@ -1466,7 +1570,7 @@ struct Classifier {
         uint32_t s = set;
         bool exited = c.exited;  // tolerant: the context may end before b
         for (uint32_t d = 0; d < rel; ++d) {
-          const WalkStates::Run rs = states.run(s);
+          const WalkStates::Run rs = states.run_class(s);
           exited = rs.exits;
           s = rs.next;
         }
@@ -1994,7 +2098,7 @@ struct Classifier {
         !(states.uniform(set0) && states.takes_high(set0))) {
       return false;
     }
-    const WalkStates::Run r = states.run(set0);
+    const WalkStates::Run r = states.run_class(set0);
     return r.next == 0 || class_exits(r) == nullptr;
   }
 
