@@ -59,8 +59,9 @@ struct CompileOptions {
   // by a matcher and then shared by every matcher of the grammar (thread-safe). Negative:
   // all at compile time (compile may be slow, no matcher ever waits); 0: all on first use
   // (compile is fast, a first visit of a context costs one vocabulary walk). Masks are the
-  // same either way.
-  double eager_ms = 50.0;
+  // same either way. The default leaves room under 50 ms for what a compile does around
+  // the masks (flattening, the context closure, a walk abandoned at the deadline).
+  double eager_ms = 45.0;
   // Reuse the token classes of common rule prefixes (a JSON string's characters, a number's
   // digits, whitespace) across every grammar compiled against the same TokenIndex, keyed by
   // the exact rules involved. Masks are the same either way; false measures a cold start.
