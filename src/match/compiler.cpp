@@ -1239,6 +1239,32 @@ struct Classifier {
     }
   }
 
+  // Whether every token below the root's child j (in C0) is in the cover already and none
+  // has a partial UTF-8 tail: nothing there to walk. A leaf holds tokens of one code point
+  // (qwen2 and gemma-4 have 10,000-20,000 such leaves, CJK characters and symbols); a
+  // larger subtree qualifies when its code points lie in C1 and its tokens within the
+  // cover's length (a line of `[^\n]{1,40}`: about 1,500 of llama-bpe's root children, each
+  // a frame and a run lookup before), except in a walk observed for a repetition family,
+  // which notes the levels its runs stand for as it walks (the cover's set is noted once).
+  bool in_cover(uint32_t j) {
+    const auto& node = tokens.trie()[j];
+    const auto& pt = tokens.partial_trie_tokens();
+    if (node.end != j + 1) {
+      const auto& sc = tokens.subtree_chars()[j];
+      if (obs_base != kNoObserve ||
+          (cover_len_ != WalkStates::kUnbounded && sc.height + 1 > cover_len_) ||
+          (sc.ascii[0] & ~cover_class_.ascii[0]) != 0 ||
+          (sc.ascii[1] & ~cover_class_.ascii[1]) != 0 ||
+          (sc.non_ascii && !cover_class_.non_ascii)) {
+        return false;
+      }
+    }
+    const uint32_t tb = node.tok_begin, te = tok_begin_of(node.end);
+    const auto it = std::lower_bound(pt.begin(), pt.end(), tb);
+    if (it != pt.end() && *it < te) return false;
+    return true;
+  }
+
   // A bounded cover: the class tokens less those of more than max_len code points, in
   // bounded_cover_ (cover_bits then points there). False when the shared cache is full.
   // Where many tokens are longer (a short run: the last characters of a `[^\n]{1,40}`
@@ -2411,12 +2437,9 @@ struct Classifier {
     if (states.takes_high(set0)) classify_node(trie[0], set0, false, 0, false);
     const CharSet& top = g.charsets[g.elems[pool.pos(chain)].arg];
     setup_cover(set0);
-    // A leaf child of the root in C0 holds tokens of one code point, which the cover holds
-    // already unless one has a partial UTF-8 tail: nothing to walk (qwen2 and gemma-4 have
-    // 10,000-20,000 such leaves, CJK characters and symbols, a walk step each). Its set
-    // (the cover's) is noted once for an observed walk.
+    // Children of the root wholly in the cover are not walked (in_cover); the cover's set is
+    // noted once for an observed walk.
     if (cover_bits != nullptr && obs_base != kNoObserve) note_low(set_low(cover_set));
-    const auto& tt = tokens.trie_tokens();
     // Without a cover, a string whose state is an automaton over its characters that never
     // dies on them, or a small one.
     const bool no_cover = cover_bits == nullptr && obs_base == kNoObserve;
@@ -2424,13 +2447,7 @@ struct Classifier {
     auto walk_child = [&](uint32_t j) {
       const auto& node = trie[j];
       if (labelled && in_class(walked_, node.cp)) return;  // walked by live_walk or label_walk
-      if (cover_bits != nullptr && node.end == j + 1 && in_class(cover_first, node.cp)) {
-        bool partial = false;
-        for (uint32_t k = node.tok_begin; k < node.tok_end && !partial; ++k) {
-          partial = tt[k].partial.n_remain != 0;
-        }
-        if (!partial) return;
-      }
+      if (cover_bits != nullptr && in_class(cover_first, node.cp) && in_cover(j)) return;
       walk_subtree(j, set0);
     };
     const auto& kids = tokens.root_children();
