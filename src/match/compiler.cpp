@@ -473,12 +473,7 @@ class WalkStates {
       // The members' distinct character sets, their positive ranges gathered and merged once
       // (merging set by set allocated three lists per member).
       first_ids_.clear();
-      uint32_t len;
-      const uint32_t* m = sets_.at(set, &len);
-      for (uint32_t i = 0; i < len; ++i) {
-        const Elem& e = g_.elems[pool_.pos(m[i])];
-        if (e.kind == detail::kChars) first_ids_.push_back(e.arg);
-      }
+      for_each_member_chars(set, [&](uint32_t id) { first_ids_.push_back(id); });
       std::sort(first_ids_.begin(), first_ids_.end());
       first_ids_.erase(std::unique(first_ids_.begin(), first_ids_.end()), first_ids_.end());
       const CharSet* only = first_ids_.size() == 1 ? &g_.charsets[first_ids_[0]] : nullptr;
@@ -710,13 +705,9 @@ class WalkStates {
     groups_.clear();
     if ((first.ascii[0] | first.ascii[1]) == 0) return;
     groups_.push_back({first.ascii[0], first.ascii[1]});
-    uint32_t len;
-    const uint32_t* m = sets_.at(set, &len);
-    for (uint32_t i = 0; i < len; ++i) {
-      const Elem& e = g_.elems[pool_.pos(m[i])];
-      if (e.kind != detail::kChars) continue;
-      const CharSet& cs = g_.charsets[e.arg];
-      if (cs.any) continue;
+    for_each_member_chars(set, [&](uint32_t id) {
+      const CharSet& cs = g_.charsets[id];
+      if (cs.any) return;
       const uint64_t in[2] = {cs.negated ? ~cs.ascii[0] : cs.ascii[0],
                               cs.negated ? ~cs.ascii[1] : cs.ascii[1]};
       for (size_t k = 0, n = groups_.size(); k < n; ++k) {
@@ -726,7 +717,7 @@ class WalkStates {
         groups_[k] = a;
         groups_.push_back(b);
       }
-    }
+    });
     auto lowest = [](const std::array<uint64_t, 2>& g) {
       return g[0] != 0 ? __builtin_ctzll(g[0]) : 64 + __builtin_ctzll(g[1]);
     };
@@ -765,15 +756,11 @@ class WalkStates {
   }
   uint32_t compute_high_flags(uint32_t set) const {
     uint32_t flags = kUniform;
-    uint32_t len;
-    const uint32_t* m = sets_.at(set, &len);
-    for (uint32_t i = 0; i < len; ++i) {
-      const Elem& e = g_.elems[pool_.pos(m[i])];
-      if (e.kind != detail::kChars) continue;
-      const CharSet& cs = g_.charsets[e.arg];
+    for_each_member_chars(set, [&](uint32_t id) {
+      const CharSet& cs = g_.charsets[id];
       if (cs.any) {
         flags |= kTakesHigh;
-        continue;
+        return;
       }
       bool none = true, all = false;
       for (const auto& r : cs.ranges) {
@@ -783,8 +770,19 @@ class WalkStates {
       // Negated, some high code point is left out only if the ranges cover them all.
       if (cs.negated ? !all : !none) flags |= kTakesHigh;
       if (!none && !all) flags &= ~kUniform;
-    }
+    });
     return flags;
+  }
+
+  // Calls f(character set id) for each member of `set` at a character-set position.
+  template <class F>
+  void for_each_member_chars(uint32_t set, F&& f) const {
+    uint32_t len;
+    const uint32_t* m = sets_.at(set, &len);
+    for (uint32_t i = 0; i < len; ++i) {
+      const Elem& e = g_.elems[pool_.pos(m[i])];
+      if (e.kind == detail::kChars) f(e.arg);
+    }
   }
 
   // Fills scratch_ with the successors of the members of `set` that consume cp. Returns
