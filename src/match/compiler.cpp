@@ -1040,6 +1040,13 @@ struct Classifier {
   // the subtree.
   bool bulk_accept(uint32_t j, uint32_t set, uint32_t depth, bool pending) {
     const auto& sc = tokens.subtree_chars()[j];
+    // A run's class lies within what its set takes next: a subtree with other ASCII code
+    // points is not taken, and the run of a set met once (a literal's, a name's) need not
+    // be computed for it. (An observed walk notes the run's sets all the same.)
+    if (obs_base == kNoObserve) {
+      const CharSet& f = states.first(set);
+      if ((sc.ascii[0] & ~f.ascii[0]) != 0 || (sc.ascii[1] & ~f.ascii[1]) != 0) return false;
+    }
     const WalkStates::Run r = states.run(set, sc.height);
     note_run(set, sc.height);
     if (sc.height > r.depth) return false;
