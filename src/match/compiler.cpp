@@ -376,6 +376,14 @@ uint64_t count_contexts(const GrammarTables& g, const std::vector<uint8_t>& reac
   return total;
 }
 
+// Whether the code points of `a` lie within those of `b`, each an ASCII bitmap and a flag for
+// every code point from 128 on (a subtree's descendants, a run's class, a class key).
+template <class A, class B>
+bool chars_within(const A& a, const B& b) {
+  return (a.ascii[0] & ~b.ascii[0]) == 0 && (a.ascii[1] & ~b.ascii[1]) == 0 &&
+         (!a.non_ascii || b.non_ascii);
+}
+
 // Interned sets of chains and memoized transitions, shared by all context walks.
 class WalkStates {
  public:
@@ -599,11 +607,7 @@ class WalkStates {
   }
 
   // Whether a run's strings go on in the next set's run (its class holds the run's).
-  bool continues(const Run& r) {
-    const Run nb = run_base(r.next);
-    return (r.ascii[0] & ~nb.ascii[0]) == 0 && (r.ascii[1] & ~nb.ascii[1]) == 0 &&
-           (!r.non_ascii || nb.non_ascii);
-  }
+  bool continues(const Run& r) { return chars_within(r, run_base(r.next)); }
 
   // Tests only (detail::test_check_run_depths): the depth run() gives `set` for `need`
   // against the chain followed to its end without the memo: equal, or at least `need` and
@@ -658,10 +662,8 @@ class WalkStates {
     const CharSet& f = first(set);
     ascii_groups(set, f);
     for (const auto& g : groups_) {
-      const uint32_t lowest =
-          g[0] != 0 ? uint32_t(__builtin_ctzll(g[0])) : 64u + uint32_t(__builtin_ctzll(g[1]));
-      const int32_t k =
-          probe(set, lowest, uint32_t(__builtin_popcountll(g[0]) + __builtin_popcountll(g[1])));
+      const int32_t k = probe(set, lowest_cp(g),
+                              uint32_t(__builtin_popcountll(g[0]) + __builtin_popcountll(g[1])));
       for (int w = 0; w < 2; ++w) {
         for (uint64_t b = g[w]; b != 0; b &= b - 1) cand_of[64 * w + __builtin_ctzll(b)] = k;
       }
@@ -718,13 +720,14 @@ class WalkStates {
         groups_.push_back(b);
       }
     });
-    auto lowest = [](const std::array<uint64_t, 2>& g) {
-      return g[0] != 0 ? __builtin_ctzll(g[0]) : 64 + __builtin_ctzll(g[1]);
-    };
     std::sort(groups_.begin(), groups_.end(),
-              [&](const auto& x, const auto& y) { return lowest(x) < lowest(y); });
+              [](const auto& x, const auto& y) { return lowest_cp(x) < lowest_cp(y); });
   }
   std::vector<std::array<uint64_t, 2>> groups_;
+  // The lowest code point of a non-empty group.
+  static uint32_t lowest_cp(const std::array<uint64_t, 2>& g) {
+    return g[0] != 0 ? uint32_t(__builtin_ctzll(g[0])) : 64u + uint32_t(__builtin_ctzll(g[1]));
+  }
 
   // The successor of `set` on cp as a candidate index into cands_ (counted `weight` times:
   // the ASCII code points it stands for), or -1 when it is empty or leaves the context.
@@ -1050,8 +1053,7 @@ struct Classifier {
     const WalkStates::Run r = states.run(set, sc.height);
     note_run(set, sc.height);
     if (sc.height > r.depth) return false;
-    if ((sc.ascii[0] & ~r.ascii[0]) != 0 || (sc.ascii[1] & ~r.ascii[1]) != 0) return false;
-    if (sc.non_ascii && !r.non_ascii) return false;
+    if (!chars_within(sc, r)) return false;
     if (tolerant_ && !past_end_dies(r)) return false;
     take_in_run(tokens.trie()[j].tok_end, tok_begin_of(tokens.trie()[j].end), set, depth, accepted,
                 pending ? &uncertain : nullptr, covered(j, set, depth, pending));
@@ -1178,11 +1180,7 @@ struct Classifier {
       return false;
     }
     if (states.mode() == cover_mode_) return true;
-    const WalkStates::Run r = states.run_class(set);
-    if ((r.ascii[0] & ~cover_class_.ascii[0]) != 0 || (r.ascii[1] & ~cover_class_.ascii[1]) != 0 ||
-        (r.non_ascii && !cover_class_.non_ascii)) {
-      return false;
-    }
+    if (!chars_within(states.run_class(set), cover_class_)) return false;
     return cover_len_ == WalkStates::kUnbounded || states.run(set, cover_len_).depth < cover_len_;
   }
   detail::SharedMasks::ClassKey cover_class_{};  // C1
@@ -1258,9 +1256,7 @@ struct Classifier {
       const auto& sc = tokens.subtree_chars()[j];
       if (obs_base != kNoObserve ||
           (cover_len_ != WalkStates::kUnbounded && sc.height + 1 > cover_len_) ||
-          (sc.ascii[0] & ~cover_class_.ascii[0]) != 0 ||
-          (sc.ascii[1] & ~cover_class_.ascii[1]) != 0 ||
-          (sc.non_ascii && !cover_class_.non_ascii)) {
+          !chars_within(sc, cover_class_)) {
         return false;
       }
     }
