@@ -376,6 +376,10 @@ struct CompiledData {
   const ContextMask* mask(uint32_t ctx) const;
   // Computes and publishes the mask of ctx (caller holds no lock). Returns it.
   const ContextMask* compute_mask(uint32_t ctx) const;
+  // Publishes the mask the classifier computed for ctx (`fresh`: not another context's,
+  // owned from here on), or leaves ctx without one (null). Caller holds lazy_mu, or is
+  // the compiler before the grammar is shared.
+  const ContextMask* publish(uint32_t ctx, std::shared_ptr<const ContextMask> cm, bool fresh) const;
   // The exact mask of one whole stack (its positions from the top down), for stacks whose
   // context leaves too many tokens uncertain (deep_threshold()): one walk of the
   // vocabulary trie with nothing below the stack, shared by every matcher of this grammar.
@@ -398,10 +402,11 @@ struct CompiledData {
   std::vector<uint8_t> has_mask;  // per context node: 1 = character-set top
   std::unique_ptr<std::atomic<const ContextMask*>[]> slots;
   mutable std::mutex lazy_mu;
-  mutable std::unique_ptr<ContextClassifier> classifier;    // guarded by lazy_mu
-  mutable std::vector<std::unique_ptr<ContextMask>> owned;  // guarded by lazy_mu
-  mutable std::vector<uint8_t> failed;                      // guarded by lazy_mu
-  mutable bool keep_classifier = false;                     // guarded by lazy_mu: deep masks
+  mutable std::unique_ptr<ContextClassifier> classifier;  // guarded by lazy_mu
+  // Every distinct mask computed (contexts of equal chains share one).
+  mutable std::vector<std::shared_ptr<const ContextMask>> owned;  // guarded by lazy_mu
+  mutable std::vector<uint8_t> failed;                            // guarded by lazy_mu
+  mutable bool keep_classifier = false;                           // guarded by lazy_mu: deep masks
   // Context ctx gets no mask of its own (out of the walk's limits, or see
   // ContextClassifier::compute): its stacks get whole-stack masks, so the classifier stays.
   void leave_without_mask(uint32_t ctx) const {

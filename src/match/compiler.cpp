@@ -2511,8 +2511,10 @@ class ContextClassifier {
   }
   void clear_deadline() { cl_.has_deadline = false; }
 
-  // The mask of context n; null when it has none (see below).
-  std::unique_ptr<ContextMask> compute(uint32_t n) {
+  // The mask of context n; null when it has none (see below). *fresh tells whether it was
+  // walked for n, or is the mask of an equal chain computed before (shared, not copied: a
+  // large schema's 100,000 contexts copied 16 KB bitmasks by the gigabyte).
+  std::shared_ptr<const ContextMask> compute(uint32_t n, bool* fresh) {
     reset_states_if_full();
     const StackPool& pool = d_.contexts;
     chain_pos_.clear();
@@ -2522,7 +2524,7 @@ class ContextClassifier {
     const uint32_t after = after_end(d_.g.elem_rule[chain_pos_.back()]);
     const int64_t max_after = detail::test_max_after_stacks.load(std::memory_order_relaxed);
     if (states_.size(after) <= (max_after >= 0 ? size_t(max_after) : kMaxAfterStacks)) {
-      return compute_for(after, after);
+      return compute_for(after, after, fresh);
     }
     detail::test_walk_counters.leave_walks.fetch_add(1, std::memory_order_relaxed);
     // Where that is many stacks (a rule called from hundreds of places: whitespace, a
@@ -2534,13 +2536,13 @@ class ContextClassifier {
     // walk knows what follows.
     const size_t cap = detail::test_leave_cap.load(std::memory_order_relaxed);
     LeaveMode leave(cl_, cap != 0 ? cap : d_.tokens->n_vocab() / 32);
-    return compute_for(kUnset, 0);
+    return compute_for(kUnset, 0, fresh);
   }
 
   // The mask of the chain in chain_pos_ going on with the stacks `after` past its end;
   // key_after stands for them in the keys of shared walks. Null when the walk passed the
   // classifier's cap on uncertain tokens.
-  std::unique_ptr<ContextMask> compute_for(uint32_t key_after, uint32_t after) {
+  std::shared_ptr<const ContextMask> compute_for(uint32_t key_after, uint32_t after, bool* fresh) {
     // Chains of equal classes with the same continuation past their end have equal masks
     // (whitespace before an expression in two alternatives, a digit in each copy of a
     // number): one walk serves them all.
@@ -2548,20 +2550,20 @@ class ContextClassifier {
     // chains at other levels of the family that a token cannot tell apart.
     std::vector<uint32_t> ckey = classes_of(chain_pos_.size());
     ckey.push_back(key_after);
-    if (const ContextMask * known; chains_.find(ckey, &known)) {
-      return known != nullptr ? std::make_unique<ContextMask>(*known) : nullptr;
+    if (const auto* known = chains_.lookup(ckey)) {
+      *fresh = false;
+      return *known;
     }
-    std::unique_ptr<ContextMask> cm;
+    *fresh = true;
+    std::shared_ptr<const ContextMask> cm;
     if (std::vector<uint32_t> fkey; family_key(chain_pos_, &fkey)) {
       fkey.push_back(key_after);
-      cm = family_chain(chain_pos_, std::move(fkey), after);
+      cm = family_chain(chain_pos_, std::move(fkey), after, fresh);
     } else {
-      cm = compute_chain(after);
+      std::unique_ptr<ContextMask> walked = compute_chain(after);
+      if (!past_cap(*walked)) cm = std::move(walked);
     }
-    if (past_cap(*cm)) cm.reset();
-    // Not owned here: the compiled grammar keeps every computed mask and outlives this.
-    chains_.add(std::move(ckey),
-                std::shared_ptr<const ContextMask>(std::shared_ptr<void>(), cm.get()));
+    chains_.add(std::move(ckey), cm);
     return cm;
   }
 
@@ -2570,31 +2572,37 @@ class ContextClassifier {
   // walk went D levels down serves every chain of the same key at a level L' >= D + 2.
   // The walk tells D: entering r_j means leaving an X called from r_{j+1}, so a position
   // of r_{j+1} was on some stack of the walk.
-  std::unique_ptr<ContextMask> family_chain(const std::vector<uint32_t>& positions,
-                                            std::vector<uint32_t> key, uint32_t after) {
+  // Null when the walk passed the cap on uncertain tokens; *fresh as for compute().
+  std::shared_ptr<const ContextMask> family_chain(const std::vector<uint32_t>& positions,
+                                                  std::vector<uint32_t> key, uint32_t after,
+                                                  bool* fresh) {
     auto& bucket = families_[key];
     for (const auto& [depth, mask] : bucket) {
-      if (flevel_ >= depth + 2) return std::make_unique<ContextMask>(*mask);
+      if (flevel_ >= depth + 2) {
+        *fresh = false;
+        return mask;
+      }
     }
+    *fresh = true;
     struct Observe {
       Classifier& c;
       Observe(Classifier& cl, uint32_t base) : c(cl) { c.observe(base); }
       ~Observe() { c.obs_base = Classifier::kNoObserve; }
     };
-    std::unique_ptr<ContextMask> cm;
+    std::unique_ptr<ContextMask> walked;
     uint32_t low;
     {
       cl_.fam_level = &fam_level_;
       cl_.fam_base = &fam_base_;
       Observe obs(cl_, fbase_);
-      cm = classify(positions, after);
+      walked = classify(positions, after);
       // The lowest level of this family on a stack of the walk (L + 1: the chain's own).
       low = std::min(cl_.obs_low, flevel_ + 1);
     }
+    if (past_cap(*walked)) return nullptr;
+    std::shared_ptr<const ContextMask> cm = std::move(walked);
     // Levels entered: L down to low - 1, all above the base when low >= 3.
-    if (low >= Classifier::kMinSharedLow && !past_cap(*cm)) {
-      bucket.emplace_back(flevel_ - (low - 1), cm.get());
-    }
+    if (low >= Classifier::kMinSharedLow) bucket.emplace_back(flevel_ - (low - 1), cm);
     return cm;
   }
   uint32_t flevel_ = 0, fbase_ = 0;
@@ -2636,8 +2644,10 @@ class ContextClassifier {
   bool past_cap(const ContextMask& cm) const {
     return cl_.over_cap || cm.uncertain_ids.size() > cl_.uncertain_cap;
   }
-  // Family chains by key: (levels their walk went down, mask owned by the compiled grammar).
-  std::map<std::vector<uint32_t>, std::vector<std::pair<uint32_t, const ContextMask*>>> families_;
+  // Family chains by key: (levels their walk went down, mask).
+  std::map<std::vector<uint32_t>,
+           std::vector<std::pair<uint32_t, std::shared_ptr<const ContextMask>>>>
+      families_;
 
   // The mask of the chain in chain_pos_, from a prefix's mask or by a walk of the chain.
   std::unique_ptr<ContextMask> compute_chain(uint32_t after) {
@@ -2674,8 +2684,8 @@ class ContextClassifier {
     *fresh = true;
     std::shared_ptr<const ContextMask> cm;
     if (std::vector<uint32_t> fkey; family_key(positions, &fkey)) {
-      // Owned from here on by CompiledData::deep, which outlives the family's entry.
-      cm = family_chain(positions, std::move(fkey), 0);
+      bool walked;
+      cm = family_chain(positions, std::move(fkey), 0, &walked);
     } else {
       cm = classify(positions, 0);
     }
@@ -3158,26 +3168,38 @@ const ContextMask* CompiledData::compute_mask(uint32_t ctx) const {
   std::lock_guard<std::mutex> lock(lazy_mu);
   const ContextMask* m = slots[ctx].load(std::memory_order_acquire);
   if (m != nullptr || failed[ctx] || !classifier) return m;
-  std::unique_ptr<ContextMask> cm;
+  std::shared_ptr<const ContextMask> cm;
+  bool fresh = false;
   try {
     if (masks_bytes_.load() > options.max_memory_bytes) {
       throw GrammarLimitError("grammar tables exceed " + std::to_string(options.max_memory_bytes) +
                               " bytes (CompileOptions::max_memory_bytes)");
     }
-    cm = classifier->compute(ctx);
+    cm = classifier->compute(ctx, &fresh);
   } catch (const GrammarLimitError&) {
     cm = nullptr;
   }
+  m = publish(ctx, std::move(cm), fresh);
+  if (m != nullptr && n_computed_ == n_masked_ && !keep_classifier) {
+    classifier.reset();  // every mask is known
+  }
+  return m;
+}
+
+const ContextMask* CompiledData::publish(uint32_t ctx, std::shared_ptr<const ContextMask> cm,
+                                         bool fresh) const {
   if (cm == nullptr) {
     leave_without_mask(ctx);
     return nullptr;
   }
-  masks_bytes_ += cm->memory_bytes();
-  m = cm.get();
-  owned.push_back(std::move(cm));
+  const ContextMask* m = cm.get();
+  if (fresh) {
+    masks_bytes_ += m->memory_bytes();
+    owned.push_back(std::move(cm));
+  }
   if (m->uncertain_ids.size() > deep_threshold()) keep_classifier = true;
   slots[ctx].store(m, std::memory_order_release);
-  if (++n_computed_ == n_masked_ && !keep_classifier) classifier.reset();  // every mask is known
+  ++n_computed_;
   return m;
 }
 
@@ -3416,23 +3438,16 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile_impl(
   }
   for (uint32_t n = 1; n < n_nodes && (all || ms_since(t0) < options.eager_ms); ++n) {
     if (!d.has_mask[n]) continue;
-    std::unique_ptr<detail::ContextMask> cm;
+    std::shared_ptr<const detail::ContextMask> cm;
+    bool fresh = false;
     try {
-      cm = d.classifier->compute(n);
+      cm = d.classifier->compute(n, &fresh);
     } catch (const detail::WalkAbandoned&) {
       break;
     } catch (const GrammarLimitError&) {
       cm = nullptr;
     }
-    if (cm == nullptr) {
-      d.leave_without_mask(n);  // as on first use
-      continue;
-    }
-    if (cm->uncertain_ids.size() > d.deep_threshold()) d.keep_classifier = true;
-    d.masks_bytes_ += cm->memory_bytes();
-    d.slots[n].store(cm.get(), std::memory_order_relaxed);
-    d.owned.push_back(std::move(cm));
-    ++d.n_computed_;
+    d.publish(n, std::move(cm), fresh);  // as on first use
     if (ms_since(t0) > options.max_compile_ms) {
       throw GrammarLimitError("grammar compile exceeded " + std::to_string(options.max_compile_ms) +
                               " ms (CompileOptions::max_compile_ms)");
