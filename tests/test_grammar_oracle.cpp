@@ -805,7 +805,18 @@ num ::= "-"? [0-9]{1,6}
 str ::= "\"" [^"\\]{0,12} "\""
 ws ::= [ \n]{0,3})g",
       // A repetition family deep enough for observed walks (their memo is by walk-pool node).
-      R"g(root ::= ([a-z]+ " "){0,40} [a-z]+ ".")g"};
+      R"g(root ::= ([a-z]+ " "){0,40} [a-z]+ ".")g",
+      // Rules of one class that end in different places: chains keyed by their classes and
+      // the set after their end must not meet a key from before a reset (set ids are reused).
+      R"g(root ::= (d0 "a" | d1 "b" | d2 "c" | d3 "d" | d4 "e" | d5 "f" | d6 "g" | d7 "h")+ "."
+d0 ::= [0-9] [0-9]?
+d1 ::= [0-9] [0-9]?
+d2 ::= [0-9] [0-9]?
+d3 ::= [0-9] [0-9]?
+d4 ::= [0-9] [0-9]?
+d5 ::= [0-9] [0-9]?
+d6 ::= [0-9] [0-9]?
+d7 ::= [0-9] [0-9]?)g"};
   // Per-rule contexts: a context of each rule, which goes on past its end to its callers.
   CompileOptions lazy;
   lazy.eager_ms = 0;
@@ -830,8 +841,11 @@ ws ::= [ \n]{0,3})g",
         for (int k = 0; k < 2; ++k) walk(fx, gbnf, 10, seed++, stats, cg);
       }
     }
-    auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, resets);
-    for (int k = 0; k < 3; ++k) walk(fx, gbnf, 10, seed++, stats, cg);
+    for (size_t states : {48, 16}) {
+      resets.max_walk_states = states;
+      auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, resets);
+      for (int k = 0; k < 3; ++k) walk(fx, gbnf, 10, seed++, stats, cg);
+    }
   }
   const uint64_t leave = detail::test_walk_counters.leave_walks.load() - leave0;
   const uint64_t none = detail::test_walk_counters.no_mask.load() - none0;

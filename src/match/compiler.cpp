@@ -2639,6 +2639,9 @@ class ContextClassifier {
     walk_pool_ = StackPool(&d_.g, nullptr, false);  // the sets' stacks
     cl_.forget_sets();
     std::fill(after_end_.begin(), after_end_.end(), kUnset);
+    // Keyed by `after` sets, whose ids now stand for other sets.
+    chains_ = MasksByPositions();
+    families_.clear();
   }
   // Whether the walk that made cm passed the cap on uncertain tokens (cm is then partial).
   bool past_cap(const ContextMask& cm) const {
