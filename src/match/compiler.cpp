@@ -2684,12 +2684,11 @@ class ContextClassifier {
       *fresh = false;
       return *known;
     }
-    *fresh = true;
     std::shared_ptr<const ContextMask> cm;
     if (std::vector<uint32_t> fkey; family_key(positions, &fkey)) {
-      bool walked;
-      cm = family_chain(positions, std::move(fkey), 0, &walked);
+      cm = family_chain(positions, std::move(fkey), 0, fresh);
     } else {
+      *fresh = true;
       cm = classify(positions, 0);
     }
     stacks_.add(std::move(key), cm);
@@ -3255,7 +3254,7 @@ const ContextMask* CompiledData::deep_mask(const std::vector<uint32_t>& position
     if (masks_bytes_.load() > options.max_memory_bytes) return nullptr;
     bool fresh = false;
     cm = classifier->stack_mask(positions, &fresh);
-    if (fresh) masks_bytes_ += cm->memory_bytes();
+    if (fresh && cm != nullptr) masks_bytes_ += cm->memory_bytes();
   } catch (const GrammarLimitError&) {
     cm = nullptr;  // remembered: the caller checks the uncertain tokens instead
   }
