@@ -1876,7 +1876,9 @@ struct Classifier {
   std::vector<uint32_t> label_set_at_{}, label_touched_{};
   std::vector<std::pair<uint32_t, uint32_t>> label_stack_{};
 
-  std::vector<size_t> label_parent_{};  // per queued set: the one it was entered from
+  // Per queued set: the rarest label on the way from set0 to it (the fewest trie nodes, the
+  // latest on a tie) and its node count; set0's is empty, of SIZE_MAX nodes.
+  std::vector<std::pair<Label, size_t>> label_rarest_{};
   static uint32_t label_rep(const Label& l) {
     if (l.ascii[0] != 0) return static_cast<uint32_t>(__builtin_ctzll(l.ascii[0]));
     if (l.ascii[1] != 0) return 64u + static_cast<uint32_t>(__builtin_ctzll(l.ascii[1]));
@@ -1917,7 +1919,7 @@ struct Classifier {
       label_queue_.clear();
       label_state_of_.clear();
       label_queue_.push_back({set0, Label{{0, 0}, false}});
-      label_parent_.assign(1, 0);
+      label_rarest_.assign(1, {Label{{0, 0}, false}, SIZE_MAX});
       label_state_of_.emplace(set0, 0);
       bool again = false;
       for (size_t qi = 0; qi < label_queue_.size() && !again; ++qi) {
@@ -1925,15 +1927,10 @@ struct Classifier {
         // The rarest label on the way from set0 to s (the fewest trie nodes): a set that
         // splits too many labels is reached through an escape (`\u00`), whose backslash
         // leaves C better than the `u` after it.
-        Label in{{0, 0}, false};
-        size_t in_nodes = SIZE_MAX;
-        for (size_t x = qi; x != 0; x = label_parent_[x]) {
-          const size_t nodes = class_nodes(label_queue_[x].second);
-          if (nodes < in_nodes) {
-            in = label_queue_[x].second;
-            in_nodes = nodes;
-          }
-        }
+        // Kept per queued set: following the path back from each set cost a class count
+        // per label on it, quadratic in the sets (27 ms a failed search in o366's schema).
+        const Label in = label_rarest_[qi].first;
+        const size_t in_nodes = label_rarest_[qi].second;
         // Leaves C: the label this set was entered by, or fails at the context's start.
         auto drop = [&](const Label& l) {
           if (label_empty(l)) return false;
@@ -1977,7 +1974,9 @@ struct Classifier {
               label_state_of_.emplace(next, static_cast<uint32_t>(label_queue_.size())).second) {
             if (label_state_of_.size() > (live ? kMaxLiveSets : kMaxLabelSets)) return false;
             label_queue_.push_back({next, l});
-            label_parent_.push_back(qi);
+            const size_t nodes = class_nodes(l);
+            label_rarest_.push_back(nodes <= in_nodes ? std::pair<Label, size_t>{l, nodes}
+                                                      : label_rarest_[qi]);
           }
         }
       }
