@@ -1868,17 +1868,21 @@ struct Classifier {
   std::vector<Label> labels_{};
   size_t label_steps_ = 0;  // the set steps of the last live find_labels
   static constexpr uint32_t kNoState = 0xFFFFFFFFu;
-  // The sets reachable from set0 through C, with the label each was first entered by: the
-  // local automaton's states (state q is label_queue_[q].first) and label_next_[q * k + l].
-  std::vector<std::pair<uint32_t, Label>> label_queue_{};
+  // The sets reachable from set0 through C: the local automaton's states (state q is
+  // label_queue_[q].set) and label_next_[q * k + l]. Each with the rarest label on the way
+  // from set0 to it (the fewest trie nodes, the latest on a tie) and its node count; set0's
+  // is empty, of SIZE_MAX nodes.
+  struct QueuedSet {
+    uint32_t set;
+    Label rarest;
+    size_t rarest_nodes;
+  };
+  std::vector<QueuedSet> label_queue_{};
   std::unordered_map<uint32_t, uint32_t> label_state_of_{};  // set -> its local state
   std::vector<uint32_t> label_next_{};
   std::vector<uint32_t> label_set_at_{}, label_touched_{};
   std::vector<std::pair<uint32_t, uint32_t>> label_stack_{};
 
-  // Per queued set: the rarest label on the way from set0 to it (the fewest trie nodes, the
-  // latest on a tie) and its node count; set0's is empty, of SIZE_MAX nodes.
-  std::vector<std::pair<Label, size_t>> label_rarest_{};
   static uint32_t label_rep(const Label& l) {
     if (l.ascii[0] != 0) return static_cast<uint32_t>(__builtin_ctzll(l.ascii[0]));
     if (l.ascii[1] != 0) return 64u + static_cast<uint32_t>(__builtin_ctzll(l.ascii[1]));
@@ -1918,19 +1922,18 @@ struct Classifier {
       if (live && printable_count(labels_[0].ascii) < kMinExitClassPrintable) return false;
       label_queue_.clear();
       label_state_of_.clear();
-      label_queue_.push_back({set0, Label{{0, 0}, false}});
-      label_rarest_.assign(1, {Label{{0, 0}, false}, SIZE_MAX});
+      label_queue_.push_back({set0, Label{{0, 0}, false}, SIZE_MAX});
       label_state_of_.emplace(set0, 0);
       bool again = false;
       for (size_t qi = 0; qi < label_queue_.size() && !again; ++qi) {
-        const uint32_t s = label_queue_[qi].first;
+        const uint32_t s = label_queue_[qi].set;
         // The rarest label on the way from set0 to s (the fewest trie nodes): a set that
         // splits too many labels is reached through an escape (`\u00`), whose backslash
         // leaves C better than the `u` after it.
         // Kept per queued set: following the path back from each set cost a class count
         // per label on it, quadratic in the sets (27 ms a failed search in o366's schema).
-        const Label in = label_rarest_[qi].first;
-        const size_t in_nodes = label_rarest_[qi].second;
+        const Label in = label_queue_[qi].rarest;
+        const size_t in_nodes = label_queue_[qi].rarest_nodes;
         // Leaves C: the label this set was entered by, or fails at the context's start.
         auto drop = [&](const Label& l) {
           if (label_empty(l)) return false;
@@ -1973,10 +1976,9 @@ struct Classifier {
           if (next != 0 &&
               label_state_of_.emplace(next, static_cast<uint32_t>(label_queue_.size())).second) {
             if (label_state_of_.size() > (live ? kMaxLiveSets : kMaxLabelSets)) return false;
-            label_queue_.push_back({next, l});
             const size_t nodes = class_nodes(l);
-            label_rarest_.push_back(nodes <= in_nodes ? std::pair<Label, size_t>{l, nodes}
-                                                      : label_rarest_[qi]);
+            label_queue_.push_back(nodes <= in_nodes ? QueuedSet{next, l, nodes}
+                                                     : QueuedSet{next, in, in_nodes});
           }
         }
       }
@@ -1987,7 +1989,7 @@ struct Classifier {
         label_next_.assign(label_queue_.size() * k, kNoState);
         for (size_t q = 0; q < label_queue_.size(); ++q) {
           for (size_t l = 0; l < k; ++l) {
-            const uint32_t next = states.step(label_queue_[q].first, label_rep(labels_[l])) >> 1;
+            const uint32_t next = states.step(label_queue_[q].set, label_rep(labels_[l])) >> 1;
             if (next != 0) label_next_[q * k + l] = label_state_of_.at(next);
           }
         }
@@ -2151,7 +2153,7 @@ struct Classifier {
       tick();
       const auto [u, q] = label_stack_.back();
       label_stack_.pop_back();
-      const uint32_t s = label_queue_[q].first;
+      const uint32_t s = label_queue_[q].set;
       label_set_at_[u] = s;
       label_touched_.push_back(u);
       accepted.insert(accepted.end(), lt->ids.begin() + lt->tok_off[u],
@@ -2233,7 +2235,7 @@ struct Classifier {
     la->k = static_cast<uint32_t>(labels_.size());
     la->table = label_table();
     la->next = label_next_;
-    for (const auto& e : label_queue_) la->sets.push_back(e.first);
+    for (const auto& e : label_queue_) la->sets.push_back(e.set);
     out = std::move(la);
     return out.get();
   }
