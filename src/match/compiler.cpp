@@ -1580,12 +1580,19 @@ struct Classifier {
     // A bounded cover holds the tokens between the stops too: they are no longer than its run.
     const bool cov = !past_end && covered(j, set, c.depth, c.pending);
     region_exits_.clear();
-    class_region(
-        j, class_key(r), *exits, cuts,
-        [&](uint32_t tb, uint32_t te) { take_in_run(tb, te, set, c.depth, out, rest, cov); },
-        [&](uint32_t b, bool is_cut) {
-          if (!is_cut || cut_lives(b)) region_exits_.push_back(b);
-        });
+    uint64_t live[2];
+    if (cov && cut_first != nullptr && few_live_cuts(*cut_first, live)) {
+      // Only the stops matter: found from the exits and the nodes of the live code points.
+      live_stops(j, class_key(r), *exits, depth_of[j] + r.depth + 1u, live);
+      take_partials_between_stops(j, depth_of[j] + r.depth + 1u, set, c.depth);
+    } else {
+      class_region(
+          j, class_key(r), *exits, cuts,
+          [&](uint32_t tb, uint32_t te) { take_in_run(tb, te, set, c.depth, out, rest, cov); },
+          [&](uint32_t b, bool is_cut) {
+            if (!is_cut || cut_lives(b)) region_exits_.push_back(b);
+          });
+    }
     // Each exit is walked on from the run's set at its parent: one frame per depth. Pushed
     // in reverse so that they are visited in trie order.
     run_frames_.clear();
@@ -1610,6 +1617,88 @@ struct Classifier {
     }
     return true;
   }
+  // Whether the cuts of a bounded run that go on are those of a few ASCII code points
+  // (live[]): the set after the run takes no code point above ASCII (a code point there
+  // steps a uniform set all the same in step_on, and dies), and at most kMaxLiveCutCps.
+  static bool few_live_cuts(const CharSet& cut_first, uint64_t live[2]) {
+    if (cut_first.any || cut_first.negated ||
+        (!cut_first.ranges.empty() && cut_first.ranges.back().hi >= 128)) {
+      return false;
+    }
+    live[0] = cut_first.ascii[0];
+    live[1] = cut_first.ascii[1];
+    return __builtin_popcountll(live[0]) + __builtin_popcountll(live[1]) <= kMaxLiveCutCps;
+  }
+  static constexpr int kMaxLiveCutCps = 8;
+
+  // The stops of a bounded run below node j (as class_region finds them, less the cuts that
+  // go nowhere) without visiting its cuts: the children of j outside the class (when j's
+  // own code point is), the class exits above the cut depth, and the nodes at the cut depth
+  // of the live code points (through the token index's code-point groups), in trie order,
+  // less those below another stop. A string's last characters (`char{0,3}` then `"`) have
+  // tens of thousands of cuts, each a trie node read at random (0.7 ms a context), and a
+  // few hundred live ones.
+  void live_stops(uint32_t j, const detail::SharedMasks::ClassKey& cls,
+                  const std::vector<uint32_t>& exits, uint32_t cut_depth, const uint64_t live[2]) {
+    const auto& trie = tokens.trie();
+    const auto& depth_of = tokens.node_depth();
+    const uint32_t lo = j + 1, hi = trie[j].end;
+    stop_cands_.clear();
+    if (!in_class(cls, trie[j].cp)) {
+      const auto& off = tokens.child_offsets();
+      const auto& kids = tokens.child_nodes();
+      for (uint32_t k = off[j]; k < off[j + 1]; ++k) {
+        if (!in_class(cls, trie[kids[k]].cp)) stop_cands_.push_back(kids[k]);
+      }
+    }
+    for (auto it = std::lower_bound(exits.begin(), exits.end(), lo); it != exits.end() && *it < hi;
+         ++it) {
+      if (depth_of[*it] < cut_depth) stop_cands_.push_back(*it);
+    }
+    const auto& groups = tokens.cp_groups();
+    const auto& goff = tokens.cp_group_offsets();
+    for (int w = 0; w < 2; ++w) {
+      for (uint64_t bits = live[w]; bits != 0; bits &= bits - 1) {
+        const uint32_t cp = static_cast<uint32_t>(w * 64 + __builtin_ctzll(bits));
+        auto it = std::lower_bound(
+            groups.begin() + goff[cp], groups.begin() + goff[cp + 1], lo,
+            [](const TokenIndex::NodeWithParent& e, uint32_t v) { return e.node < v; });
+        for (; it != groups.begin() + goff[cp + 1] && it->node < hi; ++it) {
+          if (depth_of[it->node] == cut_depth) stop_cands_.push_back(it->node);
+        }
+      }
+    }
+    std::sort(stop_cands_.begin(), stop_cands_.end());
+    uint32_t skip_end = 0;
+    for (uint32_t b : stop_cands_) {
+      if (b < skip_end) continue;  // below a stop found before
+      region_exits_.push_back(b);
+      skip_end = trie[b].end;
+    }
+  }
+  std::vector<uint32_t> stop_cands_{};
+
+  // Under a cover, what the run takes below node j between its stops (region_exits_, in
+  // trie order) is the tokens with a partial UTF-8 tail (take_in_run): those above the cut
+  // depth and below no stop.
+  void take_partials_between_stops(uint32_t j, uint32_t cut_depth, uint32_t set, uint32_t depth) {
+    const auto& trie = tokens.trie();
+    const auto& tt = tokens.trie_tokens();
+    const auto& pt = tokens.partial_trie_tokens();
+    const uint32_t te = tok_begin_of(trie[j].end);
+    size_t s = 0;
+    for (auto it = std::lower_bound(pt.begin(), pt.end(), tok_begin_of(j + 1));
+         it != pt.end() && *it < te; ++it) {
+      const uint32_t k = *it;
+      while (s < region_exits_.size() && tok_begin_of(trie[region_exits_[s]].end) <= k) ++s;
+      if (s < region_exits_.size() && trie[region_exits_[s]].tok_begin <= k) continue;
+      size_t ncp;
+      tokens.code_points(tt[k].id, &ncp);
+      if (ncp >= cut_depth) continue;  // below a cut
+      take_in_run(k, k + 1, set, depth, accepted, nullptr, true);
+    }
+  }
+
   // The tokens below node j up to where a class ends, in trie order: take(tb, te) for each
   // range of trie tokens whose code points past j lie in the class, stop(b, is_cut) for each
   // node b where it ends: an exit (outside the class, its parent inside), a child of j
