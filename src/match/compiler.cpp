@@ -203,10 +203,11 @@ struct Components {
   std::vector<uint32_t> comp, begin, members;
   uint32_t size() const { return static_cast<uint32_t>(begin.size() - 1); }
 };
-Components group_components(const std::vector<std::vector<std::pair<uint32_t, bool>>>& calls) {
+// The rules of each component grouped, from the component of each rule.
+Components group_components(std::vector<uint32_t> comp, uint32_t n_comp) {
   Components c;
-  const uint32_t nr = static_cast<uint32_t>(calls.size());
-  const uint32_t n_comp = strong_components(calls, c.comp);
+  const uint32_t nr = static_cast<uint32_t>(comp.size());
+  c.comp = std::move(comp);
   c.begin.assign(n_comp + 1, 0);
   c.members.resize(nr);
   for (uint32_t r = 0; r < nr; ++r) ++c.begin[c.comp[r] + 1];
@@ -214,6 +215,11 @@ Components group_components(const std::vector<std::vector<std::pair<uint32_t, bo
   std::vector<uint32_t> fill(c.begin.begin(), c.begin.end() - 1);
   for (uint32_t r = 0; r < nr; ++r) c.members[fill[c.comp[r]]++] = r;
   return c;
+}
+Components group_components(const std::vector<std::vector<std::pair<uint32_t, bool>>>& calls) {
+  std::vector<uint32_t> comp;
+  const uint32_t n_comp = strong_components(calls, comp);
+  return group_components(std::move(comp), n_comp);
 }
 
 // Boundary rules: every rule in a strongly connected component of the call graph that
@@ -234,9 +240,11 @@ void mark_boundaries(GrammarTables& g, int mode) {
   std::vector<uint32_t> comp;
   const uint32_t n_comp = strong_components(calls, comp);
   std::vector<uint8_t> comp_grows(n_comp, 0);
+  g.comp_cyclic.assign(n_comp, 0);
   for (uint32_t r = 0; r < nr; ++r) {
     for (auto [callee, pushes] : calls[r]) {
       if (pushes && comp[callee] == comp[r]) comp_grows[comp[r]] = 1;
+      if (comp[callee] == comp[r]) g.comp_cyclic[comp[r]] = 1;
     }
   }
   // Positions a rule reaches (its own and its callees', shared callees counted again),
@@ -269,6 +277,7 @@ void mark_boundaries(GrammarTables& g, int mode) {
         mode != kInline && !g.rule_generated[r] && !(mode == kRulesButSmall && small);
     g.rule_boundary[r] = comp_grows[comp[r]] || own_context;
   }
+  g.rule_comp = std::move(comp);
 }
 
 // The number of nodes the context closure in compile_impl makes for the boundaries marked
@@ -3076,11 +3085,9 @@ class ContextClassifier {
     // pass instead of a refinement of the whole grammar, which took rounds as deep as its
     // longest chain of calls (kb_662: 13 rounds over 30k positions, 1.2 ms on its first
     // mask; detekt's schema: 25 rounds over 311k).
-    std::vector<std::vector<std::pair<uint32_t, bool>>> calls(nr);
-    for (uint32_t p = 0; p < g.elems.size(); ++p) {
-      if (g.elems[p].kind == detail::kRef) calls[g.elem_rule[p]].push_back({g.elems[p].arg, false});
-    }
-    const Components components = group_components(calls);
+    // (The components were found with the boundaries, at compile time.)
+    const Components components =
+        group_components(g.rule_comp, static_cast<uint32_t>(g.comp_cyclic.size()));
     const std::vector<uint32_t>& comp = components.comp;
     const uint32_t n_comp = components.size();
     const std::vector<uint32_t>& comp_begin = components.begin;
@@ -3088,6 +3095,7 @@ class ContextClassifier {
     constexpr uint32_t kAcyclic = 0, kCyclic = 1, kFamily = 0xFFFFFFFFu;
     std::vector<uint32_t> color(nr, kUnset), local(nr, 0), next_local(nr, 0);
     detail::IdSeqs ids;  // the classes: (kAcyclic, signature) or (kCyclic, component, local class)
+    detail::IdSeqs local_ids;  // a cycle's classes in one round of its refinement
     // The signature of rule r; calls into its own component read local classes (tagged).
     auto sign = [&](uint32_t r, uint32_t k) {
       // Members of repetition families above the base keep classes of their own: they
@@ -3113,9 +3121,7 @@ class ContextClassifier {
     for (uint32_t k = 0; k < n_comp; ++k) {
       const uint32_t* mb = by_comp.data() + comp_begin[k];
       const uint32_t n = comp_begin[k + 1] - comp_begin[k];
-      bool cyclic = n > 1;
-      for (const auto& call : calls[mb[0]]) cyclic = cyclic || call.first == mb[0];
-      if (!cyclic) {
+      if (!g.comp_cyclic[k]) {
         sig.assign(1, kAcyclic);
         sign(mb[0], k);
         color[mb[0]] = ids.intern(sig);
@@ -3125,7 +3131,7 @@ class ContextClassifier {
       size_t n_local = 1;
       bool stable = false;
       for (int round = 0; round < kMaxClassRounds && !stable; ++round) {
-        detail::IdSeqs local_ids;
+        local_ids.clear();
         for (uint32_t i = 0; i < n; ++i) {
           sig.assign(1, local[mb[i]]);
           sign(mb[i], k);
