@@ -583,6 +583,27 @@ char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g",
 // after any code point (nothing lies past them), contexts whose rule returns somewhere,
 // pending prefix walks, runs that end in a class that takes a partial UTF-8 tail, bounded
 // covers, and tolerant takes.
+// Runs of classes that take every code point from 128 on but a few (holes): a string's `.`
+// (no U+2028, U+2029), `\S`, holes common tokens hit (é-ü), members with different holes,
+// a hole at 128, a bounded run with holes (its stops found from the class exits), and runs
+// whose levels have different holes.
+TEST_P(Oracle, ClassHolesMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::vector<std::string> grammars = {
+      R"g(root ::= "\"" [^"\\\x00-\x1F\u2028\u2029]* "\"" ("," root)?)g",
+      R"g(root ::= [^ \t\n\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]{1,6} (" " root)?)g",
+      R"g(root ::= "\"" [^"é-ü]* "\"" [é-ü]? "!")g", R"g(root ::= ([^a日] | [^b本])* ".")g",
+      R"g(root ::= [^"\x80-\xff]* "\"" [^\u0100-\u017f]{0,3})g",
+      R"g(root ::= "\"" [^"\\\u2028\u2029]{0,5} "\"" (" " root)?)g",
+      // A run whose next level has more holes, then fewer (its strings end where the
+      // holes differ).
+      R"g(root ::= "<" [^<>é]{3} [^<>é-ü]* ">" [^<>é-ü]{3} [^<>é]* "<")g"};
+  const WalkStats stats = walk_each(fx, grammars, 3, 8, 4242);
+  std::printf("[oracle] %s class holes: %zu steps compared\n", GetParam().c_str(), stats.steps);
+  EXPECT_GT(stats.steps, grammars.size() * 4);
+}
+
 TEST_P(Oracle, BoundedRunCutMasksEqual) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";

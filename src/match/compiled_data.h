@@ -48,6 +48,17 @@ inline uint64_t hash_ids(const uint32_t* ids, size_t n) {
   return h ^ (h >> 31);
 }
 
+// Sets of code points >= 128 that a class leaves out of "every code point from 128 on"
+// (SharedMasks::ClassKey::holes): interned for the whole process, so that equal sets have
+// equal ids in every grammar and token index. Id 0 is the empty set; intern_class_holes
+// returns 0 for more than kMaxClassHoleRanges ranges or once kMaxClassHoleSets are known.
+constexpr size_t kMaxClassHoleRanges = 8, kMaxClassHoleSets = 1024;
+uint16_t intern_class_holes(const std::vector<CharRange>& ranges);
+// The ranges of a hole set (sorted, merged).
+const std::vector<CharRange>& class_holes(uint16_t id);
+// Whether cp (>= 128) is in hole set `id`.
+bool in_class_holes(uint16_t id, uint32_t cp);
+
 // Dense ids for sequences of ids, stored end to end and found by hash: the interned sets of
 // a context walk, the signatures of the grammar's class refinement.
 class IdSeqs {
@@ -282,11 +293,15 @@ struct SharedMasks {
   struct ClassKey {
     uint64_t ascii[2];
     bool non_ascii;
+    // With non_ascii: the code points >= 128 left out of the class after all (class_holes;
+    // 0: none), as a string's `.` leaves out U+2028 and U+2029.
+    uint16_t holes = 0;
     bool operator==(const ClassKey&) const = default;
   };
   struct ClassKeyHash {
     size_t operator()(const ClassKey& k) const {
-      return static_cast<size_t>((k.ascii[0] * 0x9E3779B97F4A7C15ull) ^ (k.ascii[1] + k.non_ascii));
+      return static_cast<size_t>((k.ascii[0] * 0x9E3779B97F4A7C15ull) ^
+                                 (k.ascii[1] + k.non_ascii + (size_t{k.holes} << 1)));
     }
   };
   static constexpr size_t kMaxExitClasses = 4096;

@@ -18,6 +18,50 @@
 
 namespace lacuna {
 
+namespace detail {
+
+namespace {
+// Published entries are never changed or freed; an id is handed out only after its entry.
+struct ClassHoleTable {
+  std::mutex mu;
+  std::vector<std::unique_ptr<const std::vector<CharRange>>> owned;  // guarded by mu
+  std::array<std::atomic<const std::vector<CharRange>*>, kMaxClassHoleSets> sets{};
+};
+ClassHoleTable& class_hole_table() {
+  static ClassHoleTable table;
+  return table;
+}
+const std::vector<CharRange> kNoHoles;
+}  // namespace
+
+uint16_t intern_class_holes(const std::vector<CharRange>& ranges) {
+  if (ranges.empty() || ranges.size() > kMaxClassHoleRanges) return 0;
+  ClassHoleTable& t = class_hole_table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  for (size_t i = 0; i < t.owned.size(); ++i) {
+    if (*t.owned[i] == ranges) return static_cast<uint16_t>(i + 1);
+  }
+  if (t.owned.size() + 1 >= kMaxClassHoleSets) return 0;
+  t.owned.push_back(std::make_unique<const std::vector<CharRange>>(ranges));
+  t.sets[t.owned.size()].store(t.owned.back().get(), std::memory_order_release);
+  return static_cast<uint16_t>(t.owned.size());
+}
+
+const std::vector<CharRange>& class_holes(uint16_t id) {
+  if (id == 0) return kNoHoles;
+  return *class_hole_table().sets[id].load(std::memory_order_acquire);
+}
+
+bool in_class_holes(uint16_t id, uint32_t cp) {
+  for (const CharRange& r : class_holes(id)) {
+    if (cp < r.lo) return false;
+    if (cp <= r.hi) return true;
+  }
+  return false;
+}
+
+}  // namespace detail
+
 using detail::CharSet;
 using detail::CompiledData;
 using detail::Elem;
@@ -385,12 +429,34 @@ uint64_t count_contexts(const GrammarTables& g, const std::vector<uint8_t>& reac
   return total;
 }
 
+// The hole set of a class (detail::class_holes); a subtree's code points have none.
+template <class A>
+uint16_t holes_of(const A& a) {
+  if constexpr (requires { a.holes; }) {
+    return a.holes;
+  } else {
+    return 0;
+  }
+}
+// Whether hole set a lies within hole set b.
+bool holes_within(uint16_t a, uint16_t b) {
+  if (a == 0 || a == b) return true;
+  if (b == 0) return false;
+  for (const CharRange& r : detail::class_holes(a)) {
+    bool in = false;
+    for (const CharRange& q : detail::class_holes(b)) in = in || (q.lo <= r.lo && r.hi <= q.hi);
+    if (!in) return false;
+  }
+  return true;
+}
+
 // Whether the code points of `a` lie within those of `b`, each an ASCII bitmap and a flag for
-// every code point from 128 on (a subtree's descendants, a run's class, a class key).
+// every code point from 128 on, less its holes (a subtree's descendants: some code point
+// from 128 on, so within b only where b has no holes; a run's class; a class key).
 template <class A, class B>
 bool chars_within(const A& a, const B& b) {
   return (a.ascii[0] & ~b.ascii[0]) == 0 && (a.ascii[1] & ~b.ascii[1]) == 0 &&
-         (!a.non_ascii || b.non_ascii);
+         (!a.non_ascii || (b.non_ascii && holes_within(holes_of(b), holes_of(a))));
 }
 
 // Interned sets of chains and memoized transitions, shared by all context walks.
@@ -518,10 +584,11 @@ class WalkStates {
   // subtree at once: repetitions like `[a-z]*` and bounded ones like `char{0,24}`.
   struct Run {
     uint64_t ascii[2];
-    bool non_ascii;  // every code point >= 128 belongs to the class
+    bool non_ascii;  // every code point >= 128 belongs to the class, but for its holes
     uint32_t next;
     uint32_t depth;
-    bool exits;  // (kTolerant) the context may also end after each code point of the class
+    bool exits;          // (kTolerant) the context may also end after each code point of the class
+    uint16_t holes = 0;  // code points >= 128 outside the class (detail::class_holes)
   };
   static constexpr uint32_t kUnbounded = 1u << 30;
 
@@ -685,16 +752,24 @@ class WalkStates {
         best_n = cands_[k].count;
       }
     }
-    // Code points >= 128 belong to the class only when every member treats them alike.
+    // Code points >= 128 belong to the class when every member treats them alike; or, but
+    // for a few ranges (holes) where some member's class changes, when the members treat
+    // the rest alike: the successors of a code point depend only on which members take it.
+    // Every such code point outside the holes then steps like one of them.
     bool non_ascii = false;
-    if (uniform(set)) {
-      const int32_t k = probe(set, 0x100);
+    uint16_t holes = 0;
+    uint32_t high = 0x100;
+    if (!uniform(set)) high = high_outside_holes(set, &holes);
+    if (high != 0) {
+      const int32_t k = probe(set, high);
       if (k >= 0 && (best < 0 || k == best)) {
         best = k;
         non_ascii = true;
+      } else {
+        holes = 0;
       }
     }
-    Run r{{0, 0}, non_ascii, 0, 0, false};
+    Run r{{0, 0}, non_ascii, 0, 0, false, holes};
     if (best >= 0) {
       r.exits = cands_[static_cast<size_t>(best)].exits;
       members_ = cands_[static_cast<size_t>(best)].members;
@@ -708,6 +783,27 @@ class WalkStates {
     (*run_state_)[set] = kClassKnown;
     return r;
   }
+
+  // For a set whose members treat code points >= 128 differently: the union of the
+  // members' ranges from 128 on, as a hole set (*holes), and a code point >= 128 outside
+  // them (0 when there is none, or the union is too many ranges to intern).
+  uint32_t high_outside_holes(uint32_t set, uint16_t* holes) {
+    hole_ranges_.clear();
+    for_each_member_chars(set, [&](uint32_t id) {
+      for (const auto& r : g_.charsets[id].ranges) {
+        if (r.hi >= 128) hole_ranges_.push_back({std::max<uint32_t>(r.lo, 128), r.hi});
+      }
+    });
+    hole_ranges_ = normalize(std::move(hole_ranges_));
+    uint32_t high = 128;
+    if (!hole_ranges_.empty() && hole_ranges_[0].lo == 128) {
+      if (hole_ranges_[0].hi >= 0x10FFFF) return 0;
+      high = hole_ranges_[0].hi + 1;
+    }
+    *holes = detail::intern_class_holes(hole_ranges_);
+    return *holes != 0 ? high : 0;
+  }
+  RangeSet hole_ranges_{};
 
   // Splits the ASCII code points of `first` (the set's) into groups taken by the same
   // members, in the order of their lowest code points (so that candidates are met in the
@@ -1174,10 +1270,11 @@ struct Classifier {
   static constexpr int kMaxCoverClear = 16;
 
   static detail::SharedMasks::ClassKey class_key(const WalkStates::Run& r) {
-    return {{r.ascii[0], r.ascii[1]}, r.non_ascii};
+    return {{r.ascii[0], r.ascii[1]}, r.non_ascii, r.holes};
   }
   static bool in_class(const detail::SharedMasks::ClassKey& k, uint32_t cp) {
-    return cp < 128 ? ((k.ascii[cp >> 6] >> (cp & 63)) & 1u) != 0 : k.non_ascii;
+    if (cp < 128) return ((k.ascii[cp >> 6] >> (cp & 63)) & 1u) != 0;
+    return k.non_ascii && (k.holes == 0 || !detail::in_class_holes(k.holes, cp));
   }
   // Whether the tokens a run takes below node j, at `depth` in `set`, are all in the cover
   // but for partial tails: j is a child of the root in C0, and `set` the loop on C1. With
@@ -1214,7 +1311,7 @@ struct Classifier {
     const WalkStates::Run r0 = states.run(set0, tokens.subtree_chars()[0].height + 1u);
     if (r0.next == 0 || printable_count(r0.ascii) < kMinExitClassPrintable) return;
     const WalkStates::Run r1 = states.run_class(r0.next);
-    if (r0.non_ascii != r1.non_ascii) return;
+    if (r0.non_ascii != r1.non_ascii || r0.holes != r1.holes) return;
     // Not a loop: a bounded run (`char{0,100}`) whose every level takes C1 covers the tokens
     // of C0 C1* up to its depth.
     const bool bounded = r1.next != r0.next;
@@ -1446,10 +1543,6 @@ struct Classifier {
   static constexpr int kMinExitClassPrintable = 48;
   static constexpr uint32_t kMinPastEndSkipNodes = 256;
 
-  static bool in_run_class(const WalkStates::Run& r, uint32_t cp) {
-    return in_class(class_key(r), cp);
-  }
-
   // The class exits of a run's class (see SharedMasks::exits): built once per token index
   // and class, shared by every grammar; null when the class is too narrow to be worth it
   // (a walk prunes a narrow class quickly anyway), has too many exits, or the cache is full.
@@ -1512,10 +1605,11 @@ struct Classifier {
     size_t count = 0;
     bool worth = true;
     for (uint32_t g = 0; g <= 128 && worth; ++g) {
-      if (g < 128 ? in_class(key, g) : key.non_ascii) continue;
+      if (g < 128 ? in_class(key, g) : key.non_ascii && key.holes == 0) continue;
       for (uint32_t k = goff[g]; k < goff[g + 1]; ++k) {
         const auto& e = groups[k];
         if (!in_class(key, e.parent_cp)) continue;
+        if (g == 128 && in_class(key, trie[e.node].cp)) continue;  // not in a hole
         bits[e.node >> 6] |= uint64_t{1} << (e.node & 63);
         ++count;
       }
