@@ -1569,8 +1569,8 @@ struct Classifier {
       if (sit != shared.exits.end()) {
         out = sit->second.get();
       } else if (shared.exits.size() < detail::SharedMasks::kMaxExitClasses) {
-        if (budget != SIZE_MAX &&
-            class_nodes({{~key.ascii[0], ~key.ascii[1]}, !key.non_ascii}) > budget) {
+        if (budget != SIZE_MAX && class_nodes({{~key.ascii[0], ~key.ascii[1]},
+                                               !key.non_ascii || key.holes != 0}) > budget) {
           return nullptr;
         }
         out = build_class_exits(key, shared);
