@@ -800,10 +800,22 @@ class WalkStates {
       if (hole_ranges_[0].hi >= 0x10FFFF) return 0;
       high = hole_ranges_[0].hi + 1;
     }
-    *holes = detail::intern_class_holes(hole_ranges_);
+    *holes = intern_holes(hole_ranges_);
     return *holes != 0 ? high : 0;
   }
+  // The process-wide id of a hole set (detail::intern_class_holes, behind a lock), through
+  // the few this grammar's walks have met.
+  uint16_t intern_holes(const RangeSet& ranges) {
+    for (const auto& [known, id] : holes_known_) {
+      if (known == ranges) return id;
+    }
+    const uint16_t id = detail::intern_class_holes(ranges);
+    if (holes_known_.size() < kMaxHolesKnown) holes_known_.emplace_back(ranges, id);
+    return id;
+  }
+  static constexpr size_t kMaxHolesKnown = 64;
   RangeSet hole_ranges_{};
+  std::vector<std::pair<RangeSet, uint16_t>> holes_known_{};
 
   // Splits the ASCII code points of `first` (the set's) into groups taken by the same
   // members, in the order of their lowest code points (so that candidates are met in the
