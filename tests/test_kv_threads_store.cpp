@@ -1,10 +1,13 @@
 // test_kv_threads_store.cpp — several writers and readers sharing one cache directory (two
-// threads with separate store objects, and two processes via fork) never corrupt it.
+// threads with separate store objects, and two processes via fork) never corrupt it, and a
+// store opening a new index waits for another connection's lock on it.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "kv_test_util.h"
@@ -111,6 +114,34 @@ TEST(KvStoreThreads, TwoProcessesShareADirectory) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child found problems";
   EXPECT_EQ(p, 0);
   expect_consistent(dir.path.string(), n);
+}
+
+// A new index whose file another connection holds a write lock on (another process creating
+// it): switching it to WAL needs an exclusive lock, and SQLite answers "database is locked"
+// at once, without the busy handler, where waiting could deadlock. The store waits until
+// the lock is gone instead of failing (two processes opening a new directory at once).
+TEST(KvStoreThreads, OpenWaitsForAWriterOnANewIndex) {
+  kvtest::TempDir dir;
+  std::filesystem::create_directories(dir.path);
+  const std::string index = (dir.path / "index.sqlite").string();
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(index.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "CREATE TABLE t(x); BEGIN IMMEDIATE; INSERT INTO t VALUES(1);",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr);
+    sqlite3_close(other);
+  });
+  try {
+    PersistentStore store(dir.path.string(), Fingerprint{7, 7}, kBlock);
+    const std::vector<Token> t = tokens_for(0, 0);
+    EXPECT_EQ(store.find(t).n_blocks, 0u);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
+  release.join();
 }
 
 }  // namespace

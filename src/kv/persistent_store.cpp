@@ -15,6 +15,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "lacuna/kv.h"
 #include "lacuna/log.h"
@@ -79,12 +80,22 @@ class Stmt {
   sqlite3_stmt* st_ = nullptr;
 };
 
-void exec(sqlite3* db, const char* sql) {
-  char* err = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+// Runs sql; with retry_busy, again while the database is busy (a connection's set-up).
+// SQLite returns SQLITE_BUSY at once, without the busy handler, where waiting could
+// deadlock: two processes opening a new index both switch it to WAL (a shared lock each,
+// then both asking for an exclusive one), and one of them failed with "database is locked".
+void exec(sqlite3* db, const char* sql, bool retry_busy = false) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  for (int wait_ms = 1;; wait_ms = std::min(wait_ms * 2, 50)) {
+    char* err = nullptr;
+    const int rc = sqlite3_exec(db, sql, nullptr, nullptr, &err);
+    if (rc == SQLITE_OK) return;
     std::string msg = err ? err : sqlite3_errmsg(db);
     sqlite3_free(err);
-    throw KvError("kv index: " + msg + " (in: " + sql + ")");
+    if (!retry_busy || (rc & 0xFF) != SQLITE_BUSY || std::chrono::steady_clock::now() >= deadline) {
+      throw KvError("kv index: " + msg + " (in: " + sql + ")");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
   }
 }
 
@@ -106,9 +117,9 @@ sqlite3* open_index(const std::string& dir) {
   }
   try {
     sqlite3_busy_timeout(db, 15000);
-    exec(db, "PRAGMA journal_mode=WAL");
-    exec(db, "PRAGMA synchronous=NORMAL");
-    exec(db, "PRAGMA foreign_keys=ON");
+    exec(db, "PRAGMA journal_mode=WAL", true);
+    exec(db, "PRAGMA synchronous=NORMAL", true);
+    exec(db, "PRAGMA foreign_keys=ON", true);
     exec(db,
          "CREATE TABLE IF NOT EXISTS entries(id INTEGER PRIMARY KEY, file TEXT UNIQUE NOT NULL,"
          " model TEXT NOT NULL, block_size INTEGER NOT NULL, n_tokens INTEGER NOT NULL,"
@@ -121,7 +132,8 @@ sqlite3* open_index(const std::string& dir) {
          "CREATE INDEX IF NOT EXISTS entries_last_used ON entries(last_used);"
          "CREATE TABLE IF NOT EXISTS fingerprints(path TEXT PRIMARY KEY, size INTEGER NOT NULL,"
          " mtime_ns INTEGER NOT NULL, inode INTEGER NOT NULL, lo INTEGER NOT NULL,"
-         " hi INTEGER NOT NULL);");
+         " hi INTEGER NOT NULL);",
+         true);
   } catch (...) {
     sqlite3_close(db);
     throw;
