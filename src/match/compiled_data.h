@@ -26,8 +26,9 @@ struct Elem {
   uint32_t arg;  // kChars: charset index; kRef: rule; kTok/kTokNot: token id (or -1: unresolved)
 };
 
-// FNV-1a over a run of ids (grammar positions, stack nodes): the hash of interned sets and
-// of the position lists that key memoized masks.
+// A hash of a run of ids (grammar positions, stack nodes): FNV-1a steps on four interleaved
+// chains, mixed at the end; the hash of interned sets and of the position lists that key
+// memoized masks.
 inline uint64_t hash_ids(const uint32_t* ids, size_t n) {
   // Four independent multiply chains, mixed at the end: one chain waited on a multiply per
   // id (a large grammar's class signatures hash 250,000 ids on its first mask).

@@ -296,21 +296,17 @@ void mark_boundaries(GrammarTables& g, int mode) {
   // component it calls, so callees come first in component order.
   std::vector<uint32_t> reach(nr, UINT32_MAX);
   if (mode == kRulesButSmall) {
-    std::vector<uint32_t> own(nr, 0), comp_size(n_comp, 0), order(nr);
+    std::vector<uint32_t> own(nr, 0), order(nr);
     for (uint32_t p = 0; p < g.elems.size(); ++p) {
       if (g.elems[p].kind != detail::kEnd) ++own[g.elem_rule[p]];
     }
-    for (uint32_t r = 0; r < nr; ++r) ++comp_size[comp[r]];
     for (uint32_t r = 0; r < nr; ++r) order[r] = r;
     std::sort(order.begin(), order.end(),
               [&](uint32_t a, uint32_t b) { return comp[a] < comp[b]; });
     for (uint32_t r : order) {
-      if (comp_size[comp[r]] > 1) continue;
+      if (g.comp_cyclic[comp[r]]) continue;
       uint64_t t = own[r];
-      for (const auto& call : calls[r]) {
-        const uint32_t callee = call.first;
-        t = callee == r ? UINT32_MAX : std::min<uint64_t>(UINT32_MAX, t + reach[callee]);
-      }
+      for (const auto& call : calls[r]) t = std::min<uint64_t>(UINT32_MAX, t + reach[call.first]);
       reach[r] = static_cast<uint32_t>(t);
     }
   }
@@ -1677,8 +1673,9 @@ struct Classifier {
     const std::vector<uint32_t>* cuts = nullptr;
     const CharSet* cut_first = nullptr;  // what the set after the run takes (null: all)
     uint32_t cut_set = set;
+    const uint32_t cut_depth = depth_of[j] + r.depth + 1u;  // (when cut)
     if (cut) {
-      cuts = &depth_nodes(depth_of[j] + r.depth + 1u);
+      cuts = &depth_nodes(cut_depth);
       for (uint32_t d = 0; d < r.depth; ++d) cut_set = states.run_class(cut_set).next;
       if ((!c.pending || past_end) && !tolerant_) {
         cut_first = cut_set != 0 ? &states.first(cut_set) : &kNothing;
@@ -1698,8 +1695,8 @@ struct Classifier {
     uint64_t live[2];
     if (cov && cut_first != nullptr && few_live_cuts(*cut_first, live)) {
       // Only the stops matter: found from the exits and the nodes of the live code points.
-      live_stops(j, class_key(r), *exits, depth_of[j] + r.depth + 1u, live);
-      take_partials_between_stops(j, depth_of[j] + r.depth + 1u, set, c.depth);
+      live_stops(j, class_key(r), *exits, cut_depth, live);
+      take_partials_between_stops(j, cut_depth, set, c.depth);
     } else {
       class_region(
           j, class_key(r), *exits, cuts,
