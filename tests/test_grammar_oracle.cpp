@@ -604,6 +604,23 @@ TEST_P(Oracle, ClassHolesMasksEqual) {
   EXPECT_GT(stats.steps, grammars.size() * 4);
 }
 
+// A root cover whose first code point's class is wider than the rest of the run's (any
+// code point first, then any but the `<` that may start the marker): the tokens of
+// (C0 and C1) C1* up to the run's length are covered, the root's children outside C1 walked.
+TEST_P(Oracle, FirstClassWiderCoverMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::vector<std::string> grammars = {
+      R"g(root ::= (.{0,12} "<E>" "\n"){2})g", R"g(root ::= . [^<]* "<" [^\n]{0,3})g",
+      R"g(root ::= ([^\n] [^\n<]{0,6} "<"){1,3})g", R"g(root ::= .{0,1} "<" .{0,2} ">")g",
+      R"g(root ::= "[" [^\[]{0,3} "[" [a-z ]* "]")g",
+      R"g(root ::= "\"" ([^"\\] [^"\\é]{0,4} "é")* "\"")g"};
+  const WalkStats stats = walk_each(fx, grammars, 4, 12, 5151);
+  std::printf("[oracle] %s first class wider: %zu steps compared\n", GetParam().c_str(),
+              stats.steps);
+  EXPECT_GT(stats.steps, grammars.size() * 4);
+}
+
 TEST_P(Oracle, BoundedRunCutMasksEqual) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";

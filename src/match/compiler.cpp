@@ -1299,6 +1299,9 @@ struct Classifier {
   }
   detail::SharedMasks::ClassKey cover_class_{};  // C1
   uint32_t cover_len_ = 0;                       // at most this many code points (or kUnbounded)
+  // A live walk is tried before a cover whose first class is wider than the rest: a costly
+  // failure there does not count towards giving live walks up.
+  bool live_optional_ = false;
 
   // The runs the cover was found with: a take in another mode (quiet_take) has other runs.
   WalkStates::Mode cover_mode_ = WalkStates::kStrict;
@@ -1316,38 +1319,73 @@ struct Classifier {
     cover_mode_ = states.mode();
     if (printable_count(states.first(set0).ascii) < kMinExitClassPrintable) return;
     // Depths past the longest token make no difference to the cover.
-    const WalkStates::Run r0 = states.run(set0, tokens.subtree_chars()[0].height + 1u);
+    const uint32_t height = tokens.subtree_chars()[0].height + 1u;
+    const WalkStates::Run r0 = states.run(set0, height);
     if (r0.next == 0 || printable_count(r0.ascii) < kMinExitClassPrintable) return;
-    const WalkStates::Run r1 = states.run_class(r0.next);
+    WalkStates::Run r1 = states.run_class(r0.next);
+    // The tokens covered are at most `len` code points long (kUnbounded: any length).
+    uint32_t len = r0.depth;
+    // C0 may also take code points C1 does not (`.{0,50} "<END>"`: any code point first,
+    // then the rest of the run apart from `<`, which may start the marker): r0 then ends
+    // after one code point, and the cover holds the tokens of (C0 and C1) C1* up to one more
+    // than the depth of C1's run; the root's children outside C1 are walked.
+    bool last_only = false;
+    const bool first_apart = (r0.ascii[0] & ~r1.ascii[0]) != 0 || (r0.ascii[1] & ~r1.ascii[1]) != 0;
+    if (first_apart) {
+      // Where the set is a live automaton (a search: C1 leaves out the letter that moves it,
+      // and every token with one would be walked), the live walk does better, and the
+      // cover's class exits and tokens, new classes per pattern, would be built for nothing.
+      if (obs_base == kNoObserve) {
+        live_optional_ = true;
+        const bool live = live_auto(set0) != nullptr;
+        live_optional_ = false;
+        if (live) return;
+      }
+      r1 = states.run(r0.next, height);
+      if (r1.next == 0 || printable_count(r1.ascii) < kMinExitClassPrintable) {
+        // The run's last code point (C0 then something narrow: `.{0,1} "<END>"`): the
+        // tokens of one code point of C0; no walked frame is covered (covered() never
+        // holds: the runs after that code point are not C0's). Not in an observed walk,
+        // which notes the cover's set.
+        if (obs_base != kNoObserve) return;
+        last_only = true;
+        r1 = r0;
+        r1.next = 0;
+        len = 1;
+      } else {
+        len = r1.depth == WalkStates::kUnbounded ? r1.depth : r1.depth + 1;
+      }
+    }
     if (r0.non_ascii != r1.non_ascii || r0.holes != r1.holes) return;
     // Not a loop: a bounded run (`char{0,100}`) whose every level takes C1 covers the tokens
     // of C0 C1* up to its depth.
     const bool bounded = r1.next != r0.next;
     if (bounded) {
-      if (r0.depth == WalkStates::kUnbounded || r0.depth < kMinBoundedCover) return;
+      if (len == WalkStates::kUnbounded || len < kMinBoundedCover) return;
       uint32_t s = r1.next;
-      for (uint32_t d = 2; d < r0.depth; ++d) {
+      for (uint32_t d = 2; d < len; ++d) {
         const WalkStates::Run rs = states.run_class(s);
         if (!(class_key(rs) == class_key(r1))) return;
         s = rs.next;
       }
     }
     const uint64_t only1[2] = {r1.ascii[0] & ~r0.ascii[0], r1.ascii[1] & ~r0.ascii[1]};
-    if ((r0.ascii[0] & ~r1.ascii[0]) != 0 || (r0.ascii[1] & ~r1.ascii[1]) != 0 ||
-        __builtin_popcountll(only1[0]) + __builtin_popcountll(only1[1]) > kMaxCoverClear) {
+    if (__builtin_popcountll(only1[0]) + __builtin_popcountll(only1[1]) > kMaxCoverClear) {
       return;
     }
     if (class_exits(r1) == nullptr) return;
     cover_bits = class_tokens(class_key(r1));
     if (cover_bits == nullptr) return;
-    if (bounded && !drop_longer(r0.depth)) {
+    if (bounded && !drop_longer(len)) {
       cover_bits = nullptr;
       return;
     }
-    cover_set = r0.next;
+    cover_set = last_only ? 0 : r0.next;
     cover_first = class_key(r0);
+    cover_first.ascii[0] &= r1.ascii[0];
+    cover_first.ascii[1] &= r1.ascii[1];
     cover_class_ = class_key(r1);
-    cover_len_ = bounded ? r0.depth : WalkStates::kUnbounded;
+    cover_len_ = bounded ? len : WalkStates::kUnbounded;
     cover_clear.clear();
     const auto& trie = tokens.trie();
     for (uint32_t j : tokens.root_children()) {
@@ -1375,10 +1413,15 @@ struct Classifier {
       }
     }
     const uint32_t tb = node.tok_begin, te = tok_begin_of(node.end);
-    const auto it = std::lower_bound(pt.begin(), pt.end(), tb);
-    if (it != pt.end() && *it < te) return false;
-    return true;
+    // The root's children come in trie order: the search goes on from the last one's place
+    // (a binary search per child was most of a context's time where the cover held nearly
+    // everything: qwen2 has 25,000 such children).
+    size_t& k = cover_partial_;
+    if (k > 0 && pt[k - 1] >= tb) k = 0;
+    while (k < pt.size() && pt[k] < tb) ++k;
+    return k == pt.size() || pt[k] >= te;
   }
+  size_t cover_partial_ = 0;  // in_cover's place in partial_trie_tokens()
 
   // A bounded cover: the class tokens less those of more than max_len code points, in
   // bounded_cover_ (cover_bits then points there). False when the shared cache is full.
@@ -2427,7 +2470,7 @@ struct Classifier {
     if (live_costly_ >= kMaxCostlyLive && live_costly_ > live_found_) return nullptr;
     if (printable_count(states.first(set).ascii) < kMinExitClassPrintable) return nullptr;
     if (!find_labels(set, kMaxLiveLabels, true)) {
-      if (label_steps_ > kCostlyLiveSteps) ++live_costly_;
+      if (label_steps_ > kCostlyLiveSteps && !live_optional_) ++live_costly_;
       return nullptr;
     }
     ++live_found_;
@@ -2640,6 +2683,7 @@ struct Classifier {
     if (states.takes_high(set0)) classify_node(trie[0], set0, false, 0, false);
     const CharSet& top = g.charsets[g.elems[pool.pos(chain)].arg];
     setup_cover(set0);
+    cover_partial_ = 0;
     // Children of the root wholly in the cover are not walked (in_cover); the cover's set is
     // noted once for an observed walk.
     if (cover_bits != nullptr && obs_base != kNoObserve) note_low(set_low(cover_set));
