@@ -2602,11 +2602,16 @@ struct Classifier {
   std::vector<uint32_t> live_frames_{};
 
   void walk_subtree(uint32_t first, uint32_t root_set, uint32_t root_depth = 0) {
-    const auto& trie = tokens.trie();
     frames.clear();
     todo.clear();
     frames.push_back(make_frame(root_set, 0, root_depth, false, false, false));
     todo.push_back({first, 0});
+    drain();
+  }
+
+  // Walks the nodes queued in `todo`, each from its frame.
+  void drain() {
+    const auto& trie = tokens.trie();
     while (!todo.empty()) {
       tick();
       const auto [j, f] = todo.back();
@@ -2691,10 +2696,18 @@ struct Classifier {
     // dies on them, or a small one.
     const bool no_cover = cover_bits == nullptr && obs_base == kNoObserve;
     const bool labelled = no_cover && (live_walk(set0) || (label_worth(set0) && label_walk(set0)));
+    const bool batch = !labelled && root_stops_apply();
+    root_batch_.clear();
     auto walk_child = [&](uint32_t j) {
       const auto& node = trie[j];
       if (labelled && in_class(walked_, node.cp)) return;  // walked by live_walk or label_walk
-      if (cover_bits != nullptr && in_class(cover_first, node.cp) && in_cover(j)) return;
+      if (cover_bits != nullptr && in_class(cover_first, node.cp)) {
+        if (in_cover(j)) return;
+        if (batch) {
+          root_batch_.push_back(j);
+          return;
+        }
+      }
       walk_subtree(j, set0);
     };
     const auto& kids = tokens.root_children();
@@ -2707,7 +2720,113 @@ struct Classifier {
     } else {
       for (size_t k = 0; k < kids.size() && !over_cap; ++k) walk_child(kids[k]);
     }
+    if (!root_batch_.empty() && !over_cap) walk_root_stops();
   }
+
+  // Root stops: under a bounded cover whose run ends in a set that takes a few ASCII code
+  // points (a string's last characters, then `"`; the last levels of `.{0,50} "<END>"`),
+  // the root's children that the cover does not hold whole (tokens longer than the run)
+  // were each walked on their own, and their skips (skip_region's live stops) found the
+  // same few stops: ten thousand children and more, each a frame, a run lookup and a few
+  // searches. Their stops are found once for all of them instead (the class exits above
+  // the cut depth and the nodes of the live code points at it, below a child of the
+  // batch), their partial tails taken, and the walk goes on from the stops. Applies where
+  // walk_subtree would skip each child that way: a cover found in the walk's own mode (a
+  // child's frame is then the cover's set, inside the context: in a strict walk a code
+  // point after which the context may end lies outside every run, and a quiet walk has
+  // nothing past the end).
+  bool root_stops_apply() {
+    if (cover_bits == nullptr || cover_set == 0 || cover_len_ == WalkStates::kUnbounded ||
+        obs_base != kNoObserve || tolerant_ || cover_mode_ != states.mode()) {
+      return false;
+    }
+    uint32_t s = cover_set;
+    for (uint32_t d = 1; d < cover_len_ && s != 0; ++d) s = states.run_class(s).next;
+    root_cut_set_ = s;
+    const CharSet& f = s != 0 ? states.first(s) : kNothing;
+    return few_live_cuts(f, root_live_) && class_exits(cover_class_) != nullptr;
+  }
+
+  void walk_root_stops() {
+    const auto& trie = tokens.trie();
+    const auto& depth_of = tokens.node_depth();
+    const auto& kids = tokens.root_children();
+    const std::vector<uint32_t>& exits = *class_exits(cover_class_);
+    const uint32_t cut_depth = cover_len_ + 1;
+    // The batch's children by index among the root's children (for a node's child: the
+    // last root child at or before it).
+    batched_kid_.assign(kids.size(), 0);
+    for (uint32_t j : root_batch_) {
+      batched_kid_[static_cast<size_t>(std::lower_bound(kids.begin(), kids.end(), j) -
+                                       kids.begin())] = 1;
+    }
+    auto in_batch = [&](uint32_t b) {
+      const auto it = std::upper_bound(kids.begin(), kids.end(), b);
+      return it != kids.begin() && batched_kid_[static_cast<size_t>(it - kids.begin() - 1)] != 0;
+    };
+    stop_cands_.clear();
+    for (uint32_t b : exits) {
+      if (depth_of[b] < cut_depth && in_batch(b)) stop_cands_.push_back(b);
+    }
+    const auto& groups = tokens.cp_groups();
+    const auto& goff = tokens.cp_group_offsets();
+    for (int w = 0; w < 2; ++w) {
+      for (uint64_t bits = root_live_[w]; bits != 0; bits &= bits - 1) {
+        const uint32_t cp = static_cast<uint32_t>(w * 64 + __builtin_ctzll(bits));
+        for (uint32_t g = goff[cp]; g < goff[cp + 1]; ++g) {
+          const uint32_t b = groups[g].node;
+          if (depth_of[b] == cut_depth && in_batch(b)) stop_cands_.push_back(b);
+        }
+      }
+    }
+    std::sort(stop_cands_.begin(), stop_cands_.end());
+    region_exits_.clear();
+    uint32_t skip_end = 0;
+    for (uint32_t b : stop_cands_) {
+      if (b < skip_end) continue;  // below a stop found before
+      region_exits_.push_back(b);
+      skip_end = trie[b].end;
+    }
+    // The tokens with a partial UTF-8 tail (the cover holds none), a child's own included,
+    // outside the stops and shorter than the cut.
+    const auto& tt = tokens.trie_tokens();
+    const auto& pt = tokens.partial_trie_tokens();
+    size_t st = 0;
+    for (uint32_t j : root_batch_) {
+      const uint32_t te = tok_begin_of(trie[j].end);
+      for (auto it = std::lower_bound(pt.begin(), pt.end(), trie[j].tok_begin);
+           it != pt.end() && *it < te; ++it) {
+        const uint32_t k = *it;
+        while (st < region_exits_.size() && tok_begin_of(trie[region_exits_[st]].end) <= k) ++st;
+        if (st < region_exits_.size() && trie[region_exits_[st]].tok_begin <= k) continue;
+        size_t ncp;
+        tokens.code_points(tt[k].id, &ncp);
+        if (ncp >= cut_depth) continue;  // below a cut
+        take_in_run(k, k + 1, cover_set, 1, accepted, nullptr, true);
+      }
+    }
+    // Each stop is walked on from the run's set at its parent, as skip_region does.
+    frames.clear();
+    todo.clear();
+    run_frames_.clear();
+    for (size_t k = region_exits_.size(); k-- > 0;) {
+      const uint32_t b = region_exits_[k];
+      const uint32_t rel = depth_of[b] - 2u;  // run code points after the root's child
+      if (run_frames_.size() <= rel) run_frames_.resize(rel + 1, kNoFrame);
+      if (run_frames_[rel] == kNoFrame) {
+        uint32_t s = cover_set;
+        for (uint32_t d = 0; d < rel; ++d) s = states.run_class(s).next;
+        run_frames_[rel] = static_cast<uint32_t>(frames.size());
+        frames.push_back(make_frame(s, 0, 1 + rel, false, false, false));
+      }
+      todo.push_back({b, run_frames_[rel]});
+    }
+    drain();
+  }
+  std::vector<uint32_t> root_batch_{};
+  std::vector<uint8_t> batched_kid_{};
+  uint32_t root_cut_set_ = 0;
+  uint64_t root_live_[2] = {0, 0};
 };
 
 }  // namespace
