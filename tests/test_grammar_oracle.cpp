@@ -610,15 +610,43 @@ TEST_P(Oracle, ClassHolesMasksEqual) {
 TEST_P(Oracle, FirstClassWiderCoverMasksEqual) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
-  const std::vector<std::string> grammars = {
-      R"g(root ::= (.{0,12} "<E>" "\n"){2})g", R"g(root ::= . [^<]* "<" [^\n]{0,3})g",
-      R"g(root ::= ([^\n] [^\n<]{0,6} "<"){1,3})g", R"g(root ::= .{0,1} "<" .{0,2} ">")g",
-      R"g(root ::= "[" [^\[]{0,3} "[" [a-z ]* "]")g",
-      R"g(root ::= "\"" ([^"\\] [^"\\é]{0,4} "é")* "\"")g"};
+  const std::vector<std::string> grammars = {R"g(root ::= (.{0,12} "<E>" "\n"){2})g",
+                                             R"g(root ::= . [^<]* "<" [^\n]{0,3})g",
+                                             R"g(root ::= ([^\n] [^\n<]{0,6} "<"){1,3})g",
+                                             R"g(root ::= .{0,1} "<" .{0,2} ">")g",
+                                             R"g(root ::= "[" [^\[]{0,3} "[" [a-z ]* "]")g",
+                                             R"g(root ::= "\"" ([^"\\] [^"\\é]{0,4} "é")* "\"")g"};
   const WalkStats stats = walk_each(fx, grammars, 4, 12, 5151);
   std::printf("[oracle] %s first class wider: %zu steps compared\n", GetParam().c_str(),
               stats.steps);
   EXPECT_GT(stats.steps, grammars.size() * 4);
+}
+
+// The root's children less the leaves above ASCII whose tokens have no partial UTF-8 tail
+// (which a cover taking every code point from 128 on holds): checked child by child against
+// the tokens themselves.
+TEST_P(Oracle, RootChildrenButHighLeavesListsTheRest) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const TokenIndex& ix = *fx.index;
+  const auto& trie = ix.trie();
+  const auto& tt = ix.trie_tokens();
+  std::vector<uint32_t> expect;
+  size_t skipped = 0;
+  for (uint32_t j : ix.root_children()) {
+    const uint32_t te =
+        trie[j].end < trie.size() ? trie[trie[j].end].tok_begin : static_cast<uint32_t>(tt.size());
+    bool partial = false;
+    for (uint32_t k = trie[j].tok_begin; k < te; ++k) partial |= tt[k].partial.n_remain != 0;
+    if (trie[j].cp >= 128 && trie[j].end == j + 1 && !partial) {
+      ++skipped;
+    } else {
+      expect.push_back(j);
+    }
+  }
+  EXPECT_EQ(ix.root_children_but_high_leaves(), expect);
+  std::printf("[oracle] %s root children %zu, high leaves left out %zu\n", GetParam().c_str(),
+              ix.root_children().size(), skipped);
 }
 
 TEST_P(Oracle, BoundedRunCutMasksEqual) {

@@ -106,6 +106,10 @@ class TokenIndex {
   const std::vector<uint32_t>& cp_group_offsets() const { return cp_group_offsets_; }
   // Indices of the root's children, sorted by code point.
   const std::vector<uint32_t>& root_children() const { return root_children_; }
+  // The same less the leaves of a code point >= 128 whose tokens have no partial UTF-8 tail
+  // (qwen2 and gemma-4 have 10,000-20,000 of them: CJK characters, symbols), which a walk
+  // whose cover takes every such code point need not visit.
+  const std::vector<uint32_t>& root_children_but_high_leaves() const { return root_rest_; }
   // Children of every node, sorted by code point: those of node j are
   // child_nodes()[child_offsets()[j] .. child_offsets()[j + 1]).
   const std::vector<uint32_t>& child_offsets() const { return child_offsets_; }
@@ -140,6 +144,7 @@ class TokenIndex {
   std::vector<TrieNode> trie_;
   std::vector<TrieToken> trie_tokens_;
   std::vector<uint32_t> root_children_;
+  std::vector<uint32_t> root_rest_;
   std::vector<uint32_t> child_offsets_;
   std::vector<uint32_t> child_nodes_;
   std::vector<SubtreeChars> subtree_chars_;

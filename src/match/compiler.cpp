@@ -2710,7 +2710,10 @@ struct Classifier {
       }
       walk_subtree(j, set0);
     };
-    const auto& kids = tokens.root_children();
+    // A cover that takes every code point >= 128 holds the root's leaves there that have no
+    // partial tail (in_cover), which need not be visited.
+    const bool high_held = cover_bits != nullptr && cover_first.non_ascii && cover_first.holes == 0;
+    const auto& kids = high_held ? tokens.root_children_but_high_leaves() : tokens.root_children();
     if (!top.any && !top.negated) {
       for (const auto& r : top.ranges) {
         auto it = std::lower_bound(kids.begin(), kids.end(), r.lo,

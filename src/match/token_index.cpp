@@ -82,10 +82,11 @@ size_t TokenIndex::memory_bytes() const {
          control_.capacity() + eog_.capacity() * 4 + cps_.capacity() * 4 + cp_off_.capacity() * 4 +
          partials_.capacity() * sizeof(PartialUtf8) + trie_.capacity() * sizeof(TrieNode) +
          trie_tokens_.capacity() * sizeof(TrieToken) + root_children_.capacity() * 4 +
-         subtree_chars_.capacity() * sizeof(SubtreeChars) + node_depth_.capacity() * 2 +
-         cp_groups_.capacity() * sizeof(NodeWithParent) + cp_group_offsets_.capacity() * 4 +
-         continuation_.capacity() * 4 + (child_offsets_.capacity() + child_nodes_.capacity()) * 4 +
-         control_list_.capacity() * 4 + partial_trie_tokens_.capacity() * 4;
+         root_rest_.capacity() * 4 + subtree_chars_.capacity() * sizeof(SubtreeChars) +
+         node_depth_.capacity() * 2 + cp_groups_.capacity() * sizeof(NodeWithParent) +
+         cp_group_offsets_.capacity() * 4 + continuation_.capacity() * 4 +
+         (child_offsets_.capacity() + child_nodes_.capacity()) * 4 + control_list_.capacity() * 4 +
+         partial_trie_tokens_.capacity() * 4;
 }
 
 std::shared_ptr<const TokenIndex> TokenIndex::build(const llama_vocab* vocab) {
@@ -264,6 +265,18 @@ void TokenIndex::finish() {
   }
   root_children_.clear();
   for (uint32_t i = 1; i < trie_.size(); i = trie_[i].end) root_children_.push_back(i);
+  root_rest_.clear();
+  {
+    size_t k = 0;  // partial_trie_tokens_ before the child's tokens
+    for (uint32_t i : root_children_) {
+      const uint32_t tb = trie_[i].tok_begin;
+      const uint32_t te = trie_[i].end < trie_.size() ? trie_[trie_[i].end].tok_begin
+                                                      : static_cast<uint32_t>(trie_tokens_.size());
+      while (k < partial_trie_tokens_.size() && partial_trie_tokens_[k] < tb) ++k;
+      const bool partial = k < partial_trie_tokens_.size() && partial_trie_tokens_[k] < te;
+      if (trie_[i].cp < 128 || trie_[i].end != i + 1 || partial) root_rest_.push_back(i);
+    }
+  }
   child_offsets_.assign(trie_.size() + 1, 0);
   child_nodes_.clear();
   child_nodes_.reserve(trie_.size());
