@@ -1748,12 +1748,18 @@ struct Classifier {
             if (!is_cut || cut_lives(b)) region_exits_.push_back(b);
           });
     }
-    // Each exit is walked on from the run's set at its parent: one frame per depth. Pushed
-    // in reverse so that they are visited in trie order.
+    queue_stops(depth_of[j], set, c, past_end);
+    return true;
+  }
+  // Each stop in region_exits_ (below a node at depth `top`, whose frame is c and run's set
+  // `set`) is walked on from the run's set at its parent: one frame per depth. Pushed in
+  // reverse so that they are visited in trie order.
+  void queue_stops(uint32_t top, uint32_t set, const Frame& c, bool past_end) {
+    const auto& depth_of = tokens.node_depth();
     run_frames_.clear();
     for (size_t k = region_exits_.size(); k-- > 0;) {
       const uint32_t b = region_exits_[k];
-      const uint32_t rel = depth_of[b] - 1u - depth_of[j];  // run code points before b
+      const uint32_t rel = depth_of[b] - 1u - top;  // run code points before b
       if (run_frames_.size() <= rel) run_frames_.resize(rel + 1, kNoFrame);
       if (run_frames_[rel] == kNoFrame) {
         uint32_t s = set;
@@ -1770,7 +1776,6 @@ struct Classifier {
       }
       todo.push_back({b, run_frames_[rel]});
     }
-    return true;
   }
   // Whether the cuts of a bounded run that go on are those of a few ASCII code points
   // (live[]): the set after the run takes no code point above ASCII (a code point there
@@ -1810,6 +1815,15 @@ struct Classifier {
          ++it) {
       if (depth_of[*it] < cut_depth) stop_cands_.push_back(*it);
     }
+    add_live_cuts(live, cut_depth, lo, hi, [](uint32_t) { return true; });
+    keep_outer_stops();
+  }
+  // Onto stop_cands_: the nodes in [lo, hi) at the cut depth of the live code points (from
+  // the code-point groups) that `keep` accepts.
+  template <class Keep>
+  void add_live_cuts(const uint64_t live[2], uint32_t cut_depth, uint32_t lo, uint32_t hi,
+                     Keep keep) {
+    const auto& depth_of = tokens.node_depth();
     const auto& groups = tokens.cp_groups();
     const auto& goff = tokens.cp_group_offsets();
     for (int w = 0; w < 2; ++w) {
@@ -1819,10 +1833,16 @@ struct Classifier {
             groups.begin() + goff[cp], groups.begin() + goff[cp + 1], lo,
             [](const TokenIndex::NodeWithParent& e, uint32_t v) { return e.node < v; });
         for (; it != groups.begin() + goff[cp + 1] && it->node < hi; ++it) {
-          if (depth_of[it->node] == cut_depth) stop_cands_.push_back(it->node);
+          if (depth_of[it->node] == cut_depth && keep(it->node)) stop_cands_.push_back(it->node);
         }
       }
     }
+  }
+  std::vector<uint32_t> stop_cands_{};
+  // The candidates in trie order, each dropped when it lies below one kept before it, onto
+  // region_exits_.
+  void keep_outer_stops() {
+    const auto& trie = tokens.trie();
     std::sort(stop_cands_.begin(), stop_cands_.end());
     uint32_t skip_end = 0;
     for (uint32_t b : stop_cands_) {
@@ -1831,22 +1851,26 @@ struct Classifier {
       skip_end = trie[b].end;
     }
   }
-  std::vector<uint32_t> stop_cands_{};
 
   // Under a cover, what the run takes below node j between its stops (region_exits_, in
   // trie order) is the tokens with a partial UTF-8 tail (take_in_run): those above the cut
   // depth and below no stop.
   void take_partials_between_stops(uint32_t j, uint32_t cut_depth, uint32_t set, uint32_t depth) {
+    size_t s = 0;
+    take_partials_outside_stops(tok_begin_of(j + 1), tok_begin_of(tokens.trie()[j].end), cut_depth,
+                                set, depth, &s);
+  }
+  // The same for the trie tokens [tb, te), *s the first stop of region_exits_ that may still
+  // hold one (the ranges of several calls come in trie order).
+  void take_partials_outside_stops(uint32_t tb, uint32_t te, uint32_t cut_depth, uint32_t set,
+                                   uint32_t depth, size_t* s) {
     const auto& trie = tokens.trie();
     const auto& tt = tokens.trie_tokens();
     const auto& pt = tokens.partial_trie_tokens();
-    const uint32_t te = tok_begin_of(trie[j].end);
-    size_t s = 0;
-    for (auto it = std::lower_bound(pt.begin(), pt.end(), tok_begin_of(j + 1));
-         it != pt.end() && *it < te; ++it) {
+    for (auto it = std::lower_bound(pt.begin(), pt.end(), tb); it != pt.end() && *it < te; ++it) {
       const uint32_t k = *it;
-      while (s < region_exits_.size() && tok_begin_of(trie[region_exits_[s]].end) <= k) ++s;
-      if (s < region_exits_.size() && trie[region_exits_[s]].tok_begin <= k) continue;
+      while (*s < region_exits_.size() && tok_begin_of(trie[region_exits_[*s]].end) <= k) ++*s;
+      if (*s < region_exits_.size() && trie[region_exits_[*s]].tok_begin <= k) continue;
       size_t ncp;
       tokens.code_points(tt[k].id, &ncp);
       if (ncp >= cut_depth) continue;  // below a cut
@@ -2771,59 +2795,21 @@ struct Classifier {
     for (uint32_t b : exits) {
       if (depth_of[b] < cut_depth && in_batch(b)) stop_cands_.push_back(b);
     }
-    const auto& groups = tokens.cp_groups();
-    const auto& goff = tokens.cp_group_offsets();
-    for (int w = 0; w < 2; ++w) {
-      for (uint64_t bits = root_live_[w]; bits != 0; bits &= bits - 1) {
-        const uint32_t cp = static_cast<uint32_t>(w * 64 + __builtin_ctzll(bits));
-        for (uint32_t g = goff[cp]; g < goff[cp + 1]; ++g) {
-          const uint32_t b = groups[g].node;
-          if (depth_of[b] == cut_depth && in_batch(b)) stop_cands_.push_back(b);
-        }
-      }
-    }
-    std::sort(stop_cands_.begin(), stop_cands_.end());
+    add_live_cuts(root_live_, cut_depth, 0, static_cast<uint32_t>(trie.size()), in_batch);
     region_exits_.clear();
-    uint32_t skip_end = 0;
-    for (uint32_t b : stop_cands_) {
-      if (b < skip_end) continue;  // below a stop found before
-      region_exits_.push_back(b);
-      skip_end = trie[b].end;
-    }
+    keep_outer_stops();
     // The tokens with a partial UTF-8 tail (the cover holds none), a child's own included,
     // outside the stops and shorter than the cut.
-    const auto& tt = tokens.trie_tokens();
-    const auto& pt = tokens.partial_trie_tokens();
     size_t st = 0;
     for (uint32_t j : root_batch_) {
-      const uint32_t te = tok_begin_of(trie[j].end);
-      for (auto it = std::lower_bound(pt.begin(), pt.end(), trie[j].tok_begin);
-           it != pt.end() && *it < te; ++it) {
-        const uint32_t k = *it;
-        while (st < region_exits_.size() && tok_begin_of(trie[region_exits_[st]].end) <= k) ++st;
-        if (st < region_exits_.size() && trie[region_exits_[st]].tok_begin <= k) continue;
-        size_t ncp;
-        tokens.code_points(tt[k].id, &ncp);
-        if (ncp >= cut_depth) continue;  // below a cut
-        take_in_run(k, k + 1, cover_set, 1, accepted, nullptr, true);
-      }
+      take_partials_outside_stops(trie[j].tok_begin, tok_begin_of(trie[j].end), cut_depth,
+                                  cover_set, 1, &st);
     }
-    // Each stop is walked on from the run's set at its parent, as skip_region does.
+    // Each stop is walked on from the run's set at its parent, as skip_region does: the
+    // children's frames are the cover's set at depth 1, inside the context.
     frames.clear();
     todo.clear();
-    run_frames_.clear();
-    for (size_t k = region_exits_.size(); k-- > 0;) {
-      const uint32_t b = region_exits_[k];
-      const uint32_t rel = depth_of[b] - 2u;  // run code points after the root's child
-      if (run_frames_.size() <= rel) run_frames_.resize(rel + 1, kNoFrame);
-      if (run_frames_[rel] == kNoFrame) {
-        uint32_t s = cover_set;
-        for (uint32_t d = 0; d < rel; ++d) s = states.run_class(s).next;
-        run_frames_[rel] = static_cast<uint32_t>(frames.size());
-        frames.push_back(make_frame(s, 0, 1 + rel, false, false, false));
-      }
-      todo.push_back({b, run_frames_[rel]});
-    }
+    queue_stops(1, cover_set, make_frame(cover_set, 0, 1, false, false, false), false);
     drain();
   }
   std::vector<uint32_t> root_batch_{};
