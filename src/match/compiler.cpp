@@ -2769,7 +2769,6 @@ struct Classifier {
     }
     uint32_t s = cover_set;
     for (uint32_t d = 1; d < cover_len_ && s != 0; ++d) s = states.run_class(s).next;
-    root_cut_set_ = s;
     const CharSet& f = s != 0 ? states.first(s) : kNothing;
     return few_live_cuts(f, root_live_) && class_exits(cover_class_) != nullptr;
   }
@@ -2814,7 +2813,6 @@ struct Classifier {
   }
   std::vector<uint32_t> root_batch_{};
   std::vector<uint8_t> batched_kid_{};
-  uint32_t root_cut_set_ = 0;
   uint64_t root_live_[2] = {0, 0};
 };
 
