@@ -604,6 +604,35 @@ TEST_P(Oracle, ClassHolesMasksEqual) {
   EXPECT_GT(stats.steps, grammars.size() * 4);
 }
 
+// Runs whose code points from 128 on are given by ranges (CJK ideographs and kana, a
+// Cyrillic block, Latin-1 letters beside ASCII ones) or are all of them with no ASCII
+// (`[^\x00-\x7F]`): their classes, covers and exits (built from the nodes inside the
+// class), a first code point wider or narrower than the rest in those ranges, a member whose
+// class has too many ranges to keep, and runs of two kinds side by side.
+TEST_P(Oracle, HighRangeRunsMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::vector<std::string> grammars = {
+      R"g(root ::= ([\u4e00-\u9fff\u3040-\u30ff\uff01-\uff5e]{1,8} ("。" | "！" | "？") "\n"?){1,3})g",
+      R"g(root ::= [^\x00-\x7F]{1,5} (", " [^\x00-\x7F]{1,5}){0,3})g",
+      R"g(root ::= [a-zA-Z\u00c0-\u00ff]+ (" " [a-zA-Z\u00c0-\u00ff]+)* ".")g",
+      R"g(root ::= ([\u0400-\u04ff]+ | [^\x00-\x7F]{1,4}) ("," root)?)g",
+      R"g(root ::= "\"" [\u0400-\u04ff\u4e00-\u9fff]* "\"")g",
+      R"g(root ::= [\u3040-\u30ff\u4e00-\u9fff] [\u4e00-\u9fff]{0,6} "。" [a-z]*)g",
+      R"g(root ::= [\u00e0\u00e2\u00e4\u00e6\u00e8\u00ea\u00ec\u00ee\u00f0\u00f2\u4e00-\u9fff]{1,4} ".")g",
+      // A run of ranges, then one of every code point but those ranges (it does not go on
+      // into it); a first class narrower than the loop after it (not a cover).
+      // (The string's loop builds the Cyrillic class's exits for the run after it.)
+      R"g(root ::= "\"" [\u0400-\u04ff]* "\" " [\u0400-\u04ff] [^\x00-\x7F\u0400-\u04ff]* ".")g",
+      R"g(root ::= [\u4e00-\u9fff] [\u4e00-\u9fff\u0400-\u04ff]* ".")g",
+      // Ranges that members cut into pieces stepping apart: `о` also starts a literal
+      // (`ной`, `кой`: after a first letter, `о` may go on in either).
+      R"g(root ::= ([\u0400-\u0438\u043a-\u04ff] | "о" "й")+ ".")g"};
+  const WalkStats stats = walk_each(fx, grammars, 3, 10, 6262);
+  std::printf("[oracle] %s high ranges: %zu steps compared\n", GetParam().c_str(), stats.steps);
+  EXPECT_GT(stats.steps, grammars.size() * 4);
+}
+
 // A root cover whose first code point's class is wider than the rest of the run's (any
 // code point first, then any but the `<` that may start the marker): the tokens of
 // (C0 and C1) C1* up to the run's length are covered, the root's children outside C1 walked.

@@ -446,13 +446,39 @@ bool holes_within(uint16_t a, uint16_t b) {
   return true;
 }
 
-// Whether the code points of `a` lie within those of `b`, each an ASCII bitmap and a flag for
-// every code point from 128 on, less its holes (a subtree's descendants: some code point
-// from 128 on, so within b only where b has no holes; a run's class; a class key).
+// Whether hole sets a and b share no code point.
+bool holes_apart(uint16_t a, uint16_t b) {
+  if (a == 0 || b == 0) return true;
+  for (const CharRange& r : detail::class_holes(a)) {
+    for (const CharRange& q : detail::class_holes(b)) {
+      if (r.lo <= q.hi && q.lo <= r.hi) return false;
+    }
+  }
+  return true;
+}
+
+// Whether the code points from 128 on of `a` lie within those of `b`. Each is a flag for
+// every code point from 128 on, less its holes, or without the flag, the code points of its
+// holes alone (a run of CJK ranges; see WalkStates::Run), or none (no holes). A subtree's
+// descendants have no holes: the flag says some code point from 128 on lies below, within b
+// only where b takes them all.
+template <class A, class B>
+bool high_within(const A& a, const B& b) {
+  const uint16_t ha = holes_of(a), hb = holes_of(b);
+  if (a.non_ascii) return b.non_ascii && holes_within(hb, ha);
+  if (ha == 0) return true;
+  return b.non_ascii ? holes_apart(ha, hb) : holes_within(ha, hb);
+}
+// Whether the code points of `a` lie within those of `b`, each an ASCII bitmap and a high
+// part as above (a subtree's descendants, a run's class, a class key).
 template <class A, class B>
 bool chars_within(const A& a, const B& b) {
-  return (a.ascii[0] & ~b.ascii[0]) == 0 && (a.ascii[1] & ~b.ascii[1]) == 0 &&
-         (!a.non_ascii || (b.non_ascii && holes_within(holes_of(b), holes_of(a))));
+  return (a.ascii[0] & ~b.ascii[0]) == 0 && (a.ascii[1] & ~b.ascii[1]) == 0 && high_within(a, b);
+}
+// Whether a class takes some code point from 128 on.
+template <class A>
+bool takes_high_cps(const A& a) {
+  return a.non_ascii || holes_of(a) != 0;
 }
 
 // Interned sets of chains and memoized transitions, shared by all context walks.
@@ -583,8 +609,11 @@ class WalkStates {
     bool non_ascii;  // every code point >= 128 belongs to the class, but for its holes
     uint32_t next;
     uint32_t depth;
-    bool exits;          // (kTolerant) the context may also end after each code point of the class
-    uint16_t holes = 0;  // code points >= 128 outside the class (detail::class_holes)
+    bool exits;  // (kTolerant) the context may also end after each code point of the class
+    // With non_ascii: code points >= 128 outside the class (detail::class_holes). Without:
+    // the code points >= 128 inside it (a run of CJK ranges, `[\u4e00-\u9fff]{1,20}`), or
+    // none (0).
+    uint16_t holes = 0;
   };
   static constexpr uint32_t kUnbounded = 1u << 30;
 
@@ -713,6 +742,8 @@ class WalkStates {
  private:
   static constexpr uint32_t kUnset = 0xFFFFFFFFu;
   static constexpr size_t kMaxChain = 256;
+  // ASCII code points a class needs to count as broad on their own (Classifier::broad).
+  static constexpr uint32_t kMinBroadAscii = 48;
 
   void grow_runs() {
     runs_->resize(sets_.size());
@@ -752,19 +783,27 @@ class WalkStates {
     // for a few ranges (holes) where some member's class changes, when the members treat
     // the rest alike: the successors of a code point depend only on which members take it.
     // Every such code point outside the holes then steps like one of them.
+    // Where the ASCII code points of the best successor are too few for a broad class (see
+    // Classifier::broad), the code points >= 128 are the larger part: their successor wins.
+    const bool ascii_narrow = best < 0 || best_n < kMinBroadAscii;
     bool non_ascii = false;
     uint16_t holes = 0;
     uint32_t high = 0x100;
     if (!uniform(set)) high = high_outside_holes(set, &holes);
+    const uint16_t member_high = holes;
     if (high != 0) {
       const int32_t k = probe(set, high);
-      if (k >= 0 && (best < 0 || k == best)) {
+      if (k >= 0 && (best < 0 || k == best || ascii_narrow)) {
         best = k;
         non_ascii = true;
       } else {
         holes = 0;
       }
     }
+    // Otherwise the code points >= 128 inside the members' ranges may still step alike: the
+    // pieces those ranges cut them into, one probe each, those of the best successor (or of
+    // the one taking the most code points, as above) kept as the class's positive high part.
+    if (!non_ascii && member_high != 0) holes = high_inside(set, &best, ascii_narrow);
     Run r{{0, 0}, non_ascii, 0, 0, false, holes};
     if (best >= 0) {
       r.exits = cands_[static_cast<size_t>(best)].exits;
@@ -799,6 +838,74 @@ class WalkStates {
     *holes = intern_holes(hole_ranges_);
     return *holes != 0 ? high : 0;
   }
+  // The code points >= 128 inside the members' ranges (hole_ranges_, as high_outside_holes
+  // left them) that step like candidate *best, as a hole set of the class's own (0: none,
+  // more than kMaxHighPieces pieces, or too many ranges). Where `pick` (no broad ASCII
+  // part), *best becomes the candidate of the pieces with the most code points when they
+  // outnumber its ASCII code points.
+  uint16_t high_inside(uint32_t set, int32_t* best, bool pick) {
+    cuts_.clear();
+    for_each_member_chars(set, [&](uint32_t id) {
+      for (const auto& r : g_.charsets[id].ranges) {
+        if (r.hi < 128) continue;
+        cuts_.push_back(std::max<uint32_t>(r.lo, 128));
+        if (r.hi < 0x10FFFF) cuts_.push_back(r.hi + 1);
+      }
+    });
+    std::sort(cuts_.begin(), cuts_.end());
+    cuts_.erase(std::unique(cuts_.begin(), cuts_.end()), cuts_.end());
+    // The pieces: each stretch between two cuts inside the members' ranges.
+    pieces_.clear();
+    const RangeSet& within = hole_ranges_;
+    size_t w = 0;
+    for (size_t i = 0; i < cuts_.size(); ++i) {
+      const uint32_t lo = cuts_[i];
+      const uint32_t hi = i + 1 < cuts_.size() ? cuts_[i + 1] - 1 : 0x10FFFF;
+      while (w < within.size() && within[w].hi < lo) ++w;
+      if (w == within.size() || within[w].lo > lo) continue;
+      if (pieces_.size() == kMaxHighPieces) return 0;
+      pieces_.push_back({lo, std::min(hi, within[w].hi), -1});
+    }
+    for (auto& piece : pieces_) piece.cand = probe(set, piece.lo);
+    const int32_t before = *best;
+    if (pick) {
+      std::vector<uint64_t>& weight = piece_weight_;
+      weight.assign(cands_.size(), 0);
+      for (const auto& piece : pieces_) {
+        if (piece.cand >= 0) weight[static_cast<size_t>(piece.cand)] += piece.hi - piece.lo + 1;
+      }
+      for (size_t k = 0; k < weight.size(); ++k) {
+        const uint64_t mine = *best >= 0 ? weight[static_cast<size_t>(*best)] +
+                                               cands_[static_cast<size_t>(*best)].count
+                                         : 0;
+        if (weight[k] > mine) *best = static_cast<int32_t>(k);
+      }
+    }
+    const uint16_t id = high_inside_of(*best);
+    if (id == 0 && *best != before) {  // too many ranges: the ASCII part's successor after all
+      *best = before;
+      return high_inside_of(before);
+    }
+    return id;
+  }
+  // The pieces of candidate `cand`, as a hole set (0: none, or too many ranges).
+  uint16_t high_inside_of(int32_t cand) {
+    if (cand < 0) return 0;
+    RangeSet taken;
+    for (const auto& piece : pieces_) {
+      if (piece.cand == cand) taken.push_back({piece.lo, piece.hi});
+    }
+    return taken.empty() ? 0 : intern_holes(normalize(std::move(taken)));
+  }
+  static constexpr size_t kMaxHighPieces = 16;
+  struct HighPiece {
+    uint32_t lo, hi;
+    int32_t cand;
+  };
+  std::vector<uint32_t> cuts_;
+  std::vector<HighPiece> pieces_;
+  std::vector<uint64_t> piece_weight_;
+
   // The process-wide id of a hole set (detail::intern_class_holes, behind a lock), through
   // the few this grammar's walks have met.
   uint16_t intern_holes(const RangeSet& ranges) {
@@ -1183,7 +1290,7 @@ struct Classifier {
   bool past_end_dies(const WalkStates::Run& r) {
     const CharSet& f = states.first(after_end);
     if (f.any || (r.ascii[0] & f.ascii[0]) != 0 || (r.ascii[1] & f.ascii[1]) != 0) return false;
-    if (r.non_ascii) {
+    if (takes_high_cps(r)) {
       for (const auto& range : f.ranges) {
         if (range.hi >= 128) return false;
       }
@@ -1282,7 +1389,8 @@ struct Classifier {
   }
   static bool in_class(const detail::SharedMasks::ClassKey& k, uint32_t cp) {
     if (cp < 128) return ((k.ascii[cp >> 6] >> (cp & 63)) & 1u) != 0;
-    return k.non_ascii && (k.holes == 0 || !detail::in_class_holes(k.holes, cp));
+    if (k.holes == 0) return k.non_ascii;
+    return detail::in_class_holes(k.holes, cp) != k.non_ascii;
   }
   // Whether the tokens a run takes below node j, at `depth` in `set`, are all in the cover
   // but for partial tails: j is a child of the root in C0, and `set` the loop on C1. With
@@ -1317,11 +1425,11 @@ struct Classifier {
   void setup_cover_in_mode(uint32_t set0) {
     cover_bits = nullptr;
     cover_mode_ = states.mode();
-    if (printable_count(states.first(set0).ascii) < kMinExitClassPrintable) return;
+    if (!broad(states.first(set0))) return;
     // Depths past the longest token make no difference to the cover.
     const uint32_t height = tokens.subtree_chars()[0].height + 1u;
     const WalkStates::Run r0 = states.run(set0, height);
-    if (r0.next == 0 || printable_count(r0.ascii) < kMinExitClassPrintable) return;
+    if (r0.next == 0 || !broad(class_key(r0))) return;
     WalkStates::Run r1 = states.run_class(r0.next);
     // The tokens covered are at most `len` code points long (kUnbounded: any length).
     uint32_t len = r0.depth;
@@ -1330,7 +1438,8 @@ struct Classifier {
     // after one code point, and the cover holds the tokens of (C0 and C1) C1* up to one more
     // than the depth of C1's run; the root's children outside C1 are walked.
     bool last_only = false;
-    const bool first_apart = (r0.ascii[0] & ~r1.ascii[0]) != 0 || (r0.ascii[1] & ~r1.ascii[1]) != 0;
+    // (Or code points from 128 on: CJK ranges first, then the same less a full stop.)
+    const bool first_apart = !chars_within(r0, r1);
     if (first_apart) {
       // Where the set is a live automaton (a search: C1 leaves out the letter that moves it,
       // and every token with one would be walked), the live walk does better, and the
@@ -1342,7 +1451,7 @@ struct Classifier {
         if (live) return;
       }
       r1 = states.run(r0.next, height);
-      if (r1.next == 0 || printable_count(r1.ascii) < kMinExitClassPrintable) {
+      if (r1.next == 0 || !broad(class_key(r1))) {
         // The run's last code point (C0 then something narrow: `.{0,1} "<END>"`): the
         // tokens of one code point of C0; no walked frame is covered (covered() never
         // holds: the runs after that code point are not C0's). Not in an observed walk,
@@ -1356,7 +1465,9 @@ struct Classifier {
         len = r1.depth == WalkStates::kUnbounded ? r1.depth : r1.depth + 1;
       }
     }
-    if (r0.non_ascii != r1.non_ascii || r0.holes != r1.holes) return;
+    // C1 takes no code point from 128 on that C0 does not (such root children would have to
+    // be cleared from the cover, as only1's are below): C0 and C1 share C1's.
+    if (!high_within(r1, r0)) return;
     // Not a loop: a bounded run (`char{0,100}`) whose every level takes C1 covers the tokens
     // of C0 C1* up to its depth.
     const bool bounded = r1.next != r0.next;
@@ -1384,6 +1495,8 @@ struct Classifier {
     cover_first = class_key(r0);
     cover_first.ascii[0] &= r1.ascii[0];
     cover_first.ascii[1] &= r1.ascii[1];
+    cover_first.non_ascii = r1.non_ascii;
+    cover_first.holes = r1.holes;
     cover_class_ = class_key(r1);
     cover_len_ = bounded ? len : WalkStates::kUnbounded;
     cover_clear.clear();
@@ -1408,7 +1521,7 @@ struct Classifier {
       const auto& sc = tokens.subtree_chars()[j];
       if (obs_base != kNoObserve ||
           (cover_len_ != WalkStates::kUnbounded && sc.height + 1 > cover_len_) ||
-          !chars_within(sc, cover_class_)) {
+          !(chars_within(sc, cover_class_) || no_exit_below(j))) {
         return false;
       }
     }
@@ -1422,6 +1535,15 @@ struct Classifier {
     return k == pt.size() || pt[k] >= te;
   }
   size_t cover_partial_ = 0;  // in_cover's place in partial_trie_tokens()
+  // Whether no exit of the cover's class lies below node j (in C1): every code point below
+  // is in C1. A subtree's code points say only whether some lie from 128 on, which a class
+  // with holes or of CJK ranges cannot tell apart; its exits can.
+  bool no_exit_below(uint32_t j) {
+    const std::vector<uint32_t>* exits = class_exits(cover_class_);
+    if (exits == nullptr) return false;
+    const auto it = std::upper_bound(exits->begin(), exits->end(), j);
+    return it == exits->end() || *it >= tokens.trie()[j].end;
+  }
 
   // A bounded cover: the class tokens less those of more than max_len code points, in
   // bounded_cover_ (cover_bits then points there). False when the shared cache is full.
@@ -1592,6 +1714,26 @@ struct Classifier {
            __builtin_popcountll(ascii[1] & ~(uint64_t{1} << 63));
   }
   static constexpr int kMinExitClassPrintable = 48;
+  static constexpr uint32_t kMinBroadHigh = 128;
+  // A class broad enough for runs, exits and covers to pay: at least kMinExitClassPrintable
+  // printable ASCII code points, or every code point from 128 on but its holes, or at least
+  // kMinBroadHigh code points from 128 on (CJK ranges, a Cyrillic block); a narrow class's
+  // walk prunes quickly anyway.
+  static bool broad(const detail::SharedMasks::ClassKey& k) {
+    if (printable_count(k.ascii) >= kMinExitClassPrintable || k.non_ascii) return true;
+    uint64_t n = 0;
+    for (const CharRange& r : detail::class_holes(k.holes)) n += uint64_t{r.hi} - r.lo + 1;
+    return n >= kMinBroadHigh;
+  }
+  // The same for what a set takes next (WalkStates::first: positive ranges).
+  static bool broad(const CharSet& f) {
+    if (f.any || f.negated || printable_count(f.ascii) >= kMinExitClassPrintable) return true;
+    uint64_t n = 0;
+    for (size_t i = f.ranges.size(); i-- > 0 && f.ranges[i].hi >= 128 && n < kMinBroadHigh;) {
+      n += uint64_t{f.ranges[i].hi} - std::max<uint32_t>(f.ranges[i].lo, 128) + 1;
+    }
+    return n >= kMinBroadHigh;
+  }
   static constexpr uint32_t kMinPastEndSkipNodes = 256;
 
   // The class exits of a run's class (see SharedMasks::exits): built once per token index
@@ -1613,17 +1755,14 @@ struct Classifier {
     auto it = exit_cache_.find(key);
     if (it != exit_cache_.end()) return it->second;
     const std::vector<uint32_t>* out = nullptr;
-    if (printable_count(key.ascii) >= kMinExitClassPrintable) {
+    if (broad(key)) {
       detail::SharedMasks& shared = tokens.shared_masks();
       std::lock_guard<std::mutex> lock(shared.mu);
       auto sit = shared.exits.find(key);
       if (sit != shared.exits.end()) {
         out = sit->second.get();
       } else if (shared.exits.size() < detail::SharedMasks::kMaxExitClasses) {
-        if (budget != SIZE_MAX && class_nodes({{~key.ascii[0], ~key.ascii[1]},
-                                               !key.non_ascii || key.holes != 0}) > budget) {
-          return nullptr;
-        }
+        if (budget != SIZE_MAX && exits_build_nodes(key) > budget) return nullptr;
         out = build_class_exits(key, shared);
       }
     }
@@ -1637,9 +1776,15 @@ struct Classifier {
     const auto& goff = tokens.cp_group_offsets();
     size_t n = 0;
     for (uint32_t g = 0; g <= 128; ++g) {
-      if (g < 128 ? in_class(cls, g) : cls.non_ascii) n += goff[g + 1] - goff[g];
+      if (g < 128 ? in_class(cls, g) : takes_high_cps(cls)) n += goff[g + 1] - goff[g];
     }
     return n;
+  }
+  // The nodes an exits build of `key` looks at: those outside the class, or for a class
+  // without ASCII code points, those inside it (build_class_exits).
+  size_t exits_build_nodes(const detail::SharedMasks::ClassKey& key) const {
+    if ((key.ascii[0] | key.ascii[1]) == 0) return class_nodes(key);
+    return class_nodes({{~key.ascii[0], ~key.ascii[1]}, !key.non_ascii || key.holes != 0});
   }
   // A node walked costs about this many nodes looked at by an exits build.
   static constexpr size_t kExitBuildPerWalkedNode = 4;
@@ -1655,14 +1800,36 @@ struct Classifier {
     bits.assign((trie.size() + 63) / 64, 0);
     size_t count = 0;
     bool worth = true;
-    for (uint32_t g = 0; g <= 128 && worth; ++g) {
+    auto mark = [&](uint32_t b) {
+      bits[b >> 6] |= uint64_t{1} << (b & 63);
+      ++count;
+    };
+    // A class without ASCII code points (CJK ranges, `[^\x00-\x7F]`): most nodes lie outside
+    // it, so the build reads the children of the nodes inside it instead (the root's children
+    // and the nodes from 128 on).
+    auto mark_children_outside = [&](uint32_t p) {
+      for (uint32_t c = p + 1; c < trie[p].end; c = trie[c].end) {
+        if (!in_class(key, trie[c].cp)) mark(c);
+      }
+    };
+    const bool from_inside = (key.ascii[0] | key.ascii[1]) == 0;
+    if (from_inside) {
+      for (uint32_t j : tokens.root_children()) {
+        if (in_class(key, trie[j].cp)) mark_children_outside(j);
+      }
+      for (uint32_t k = goff[128]; k < goff[129] && worth; ++k) {
+        const uint32_t p = groups[k].node;
+        if (in_class(key, trie[p].cp)) mark_children_outside(p);
+        worth = count * 8 <= trie.size();
+      }
+    }
+    for (uint32_t g = 0; g <= 128 && worth && !from_inside; ++g) {
       if (g < 128 ? in_class(key, g) : key.non_ascii && key.holes == 0) continue;
       for (uint32_t k = goff[g]; k < goff[g + 1]; ++k) {
         const auto& e = groups[k];
         if (!in_class(key, e.parent_cp)) continue;
         if (g == 128 && in_class(key, trie[e.node].cp)) continue;  // not in a hole
-        bits[e.node >> 6] |= uint64_t{1} << (e.node & 63);
-        ++count;
+        mark(e.node);
       }
       worth = count * 8 <= trie.size();
     }
@@ -1698,7 +1865,7 @@ struct Classifier {
     // set's run is computed on first use (a step on each ASCII code point), which only a
     // large subtree pays back past the context's end, where sets are many.
     const CharSet* first = past_end ? c.ffirst : c.first;
-    if (first == nullptr || printable_count(first->ascii) < kMinExitClassPrintable) return false;
+    if (first == nullptr || !broad(*first)) return false;
     const uint32_t n_nodes = tokens.trie()[j].end - j;
     if (past_end && n_nodes < kMinPastEndSkipNodes) return false;
     const uint32_t set = past_end ? c.fset : c.set;
@@ -2656,9 +2823,8 @@ struct Classifier {
       // Where the context may end, only runs of broad classes: a narrow class's runs are
       // short, and computing them (a step per code point of each set) cost more than the
       // walk they saved (a 253-word alternation: 3.5x the mask time).
-      const bool broad =
-          c.first != nullptr && printable_count(c.first->ascii) >= kMinExitClassPrintable;
-      const bool quiet_exit = !c.exited || (quiet() && broad);
+      const bool wide = c.first != nullptr && broad(*c.first);
+      const bool quiet_exit = !c.exited || (quiet() && wide);
       bool taken =
           (c.set != 0 && quiet_exit && c.fset == 0 && !c.fexited &&
            (bulk_accept(j, c.set, c.depth, c.pending) ||
@@ -2666,11 +2832,11 @@ struct Classifier {
             skip_region(j, c, false))) ||
           (c.set == 0 && !c.exited && c.fset != 0 && !c.fexited && !c.pending &&
            skip_region(j, c, true));
-      if (!taken && broad && c.set != 0 && c.exited && after_end != 0 && !exit_any && c.fset == 0 &&
+      if (!taken && wide && c.set != 0 && c.exited && after_end != 0 && !exit_any && c.fset == 0 &&
           !c.fexited && !c.pending) {
         taken = tolerant_take(j, c);
       }
-      if (!taken && broad && c.set != 0 && after_end == 0 && c.fset == 0 && !c.fexited &&
+      if (!taken && wide && c.set != 0 && after_end == 0 && c.fset == 0 && !c.fexited &&
           states.mode() != WalkStates::kQuiet && (!exit_any || c.exited)) {
         Frame p = c;
         p.pending = c.pending || exit_any;
