@@ -1713,21 +1713,23 @@ struct Classifier {
     return __builtin_popcountll(ascii[0] & ~uint64_t{0xFFFFFFFF}) +
            __builtin_popcountll(ascii[1] & ~(uint64_t{1} << 63));
   }
+  // Live and label walks need this many printable code points in their class.
   static constexpr int kMinExitClassPrintable = 48;
+  static constexpr int kMinBroadPrintable = 26;
   static constexpr uint32_t kMinBroadHigh = 128;
-  // A class broad enough for runs, exits and covers to pay: at least kMinExitClassPrintable
-  // printable ASCII code points, or every code point from 128 on but its holes, or at least
-  // kMinBroadHigh code points from 128 on (CJK ranges, a Cyrillic block); a narrow class's
-  // walk prunes quickly anyway.
+  // A class broad enough for runs, exits and covers to pay: at least kMinBroadPrintable
+  // printable ASCII code points (`[a-z]`: a word of a bounded length), or every code point
+  // from 128 on but its holes, or at least kMinBroadHigh code points from 128 on (CJK ranges,
+  // a Cyrillic block); a narrower class's walk prunes quickly anyway.
   static bool broad(const detail::SharedMasks::ClassKey& k) {
-    if (printable_count(k.ascii) >= kMinExitClassPrintable || k.non_ascii) return true;
+    if (printable_count(k.ascii) >= kMinBroadPrintable || k.non_ascii) return true;
     uint64_t n = 0;
     for (const CharRange& r : detail::class_holes(k.holes)) n += uint64_t{r.hi} - r.lo + 1;
     return n >= kMinBroadHigh;
   }
   // The same for what a set takes next (WalkStates::first: positive ranges).
   static bool broad(const CharSet& f) {
-    if (f.any || f.negated || printable_count(f.ascii) >= kMinExitClassPrintable) return true;
+    if (f.any || f.negated || printable_count(f.ascii) >= kMinBroadPrintable) return true;
     uint64_t n = 0;
     for (size_t i = f.ranges.size(); i-- > 0 && f.ranges[i].hi >= 128 && n < kMinBroadHigh;) {
       n += uint64_t{f.ranges[i].hi} - std::max<uint32_t>(f.ranges[i].lo, 128) + 1;
