@@ -699,7 +699,15 @@ line ::= [^\n]{1,12})g",
       R"g(root ::= w ("," w)* "." ("é" | [^.]{0,3})
 w ::= [^,.]{1,9})g",
       R"g(root ::= w ("x" w){0,3}
-w ::= [a-z]{1,3})g"};
+w ::= [a-z]{1,3})g",
+      // Tolerant runs whose last code point only ends the context (held by the cover), and
+      // whose last level takes fewer code points, which only end it (not held).
+      R"g(root ::= w ("\n" w){0,3}
+w ::= [^\n]{1,6})g",
+      R"g(root ::= w ("," root)?
+w ::= [^,]{1,5} [^,a-m]?)g",
+      R"g(root ::= "(" w ("," w)* ")" | "[" root "]"
+w ::= [^,()\[\]]{1,5} [^,()a-m]?)g"};
   const WalkStats stats = walk_each(fx, grammars, 3, 8, 3131);
   // A word whose context may end after any letter, inside a recursive rule where a real
   // continuation follows the end and takes a letter of the word's class: after "<<",

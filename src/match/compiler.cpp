@@ -1297,13 +1297,17 @@ struct Classifier {
     }
     return true;
   }
+  // Sets a flag for its lifetime (tolerant_ during a tolerant take), then clears it.
+  struct TolerantScope {
+    bool& flag;
+    TolerantScope(bool& f, bool on) : flag(f) { flag = on; }
+    ~TolerantScope() { flag = false; }
+    TolerantScope(const TolerantScope&) = delete;
+    TolerantScope& operator=(const TolerantScope&) = delete;
+  };
   bool tolerant_take(uint32_t j, const Frame& c) {
     const WalkStates::ModeScope mode(states, WalkStates::kTolerant);
-    struct Tolerant {
-      bool& flag;
-      explicit Tolerant(bool& f) : flag(f) { flag = true; }
-      ~Tolerant() { flag = false; }
-    } tolerant(tolerant_);
+    const TolerantScope tolerant(tolerant_, true);
     return bulk_accept(j, c.set, c.depth, false) || skip_region(j, c, false);
   }
 
@@ -1332,19 +1336,22 @@ struct Classifier {
   // `rest` if given (a pending walk: what lies past the context may take it).
   // `covered`: the tokens without a partial tail are in cover_bits already; only those with
   // one are looked at.
+  // `exited0`: the context may end after the first `depth` code points (a tolerant cover's
+  // first code point, for the tokens of that one code point and a partial tail).
   void take_in_run(uint32_t tb, uint32_t te, uint32_t set, uint32_t depth, std::vector<Token>& out,
-                   std::vector<Token>* rest, bool covered = false) {
+                   std::vector<Token>* rest, bool covered = false, bool exited0 = false) {
     const auto& tt = tokens.trie_tokens();
     auto take_partial = [&](const TokenIndex::TrieToken& t) {
       size_t ncp;
       tokens.code_points(t.id, &ncp);
       uint32_t s = set;
-      bool exited = false;  // the context may end after the token's full code points
+      bool exited = exited0;  // the context may end after the token's full code points
       for (size_t d = depth; d < ncp; ++d) {
         const WalkStates::Run r = states.run_class(s);
         exited = r.exits;
         s = r.next;
       }
+      if (s == 0 && ncp - depth == exit_after_steps_) exited = true;
       if (partial_ok(s, t.partial)) {
         out.push_back(t.id);
       } else if (rest != nullptr) {
@@ -1406,7 +1413,22 @@ struct Classifier {
     return cover_len_ == WalkStates::kUnbounded || states.run(set, cover_len_).depth < cover_len_;
   }
   detail::SharedMasks::ClassKey cover_class_{};  // C1
-  uint32_t cover_len_ = 0;                       // at most this many code points (or kUnbounded)
+  // (A tolerant cover) the context may end after C0's code point.
+  bool cover_first_exits_ = false;
+  // (A tolerant cover) its last code point only ends the context (setup_cover_in_mode).
+  bool cover_final_exit_ = false;
+  // Whether every code point of `cls` steps set s out of the context and nowhere else.
+  bool only_ends_on(uint32_t s, const detail::SharedMasks::ClassKey& cls) {
+    if (s == 0) return false;
+    for (uint32_t cp = 0; cp < 128; ++cp) {
+      if (in_class(cls, cp) && states.step(s, cp) != 1u) return false;
+    }
+    return !takes_high_cps(cls) || (states.uniform(s) && states.step(s, 0x100) == 1u);
+  }
+  // Where a run's chain of sets reaches the empty set after this many steps, the context
+  // ended there (a tolerant cover's last code point, in walk_root_stops); else none.
+  uint32_t exit_after_steps_ = UINT32_MAX;
+  uint32_t cover_len_ = 0;  // at most this many code points (or kUnbounded)
   // A live walk is tried before a cover whose first class is wider than the rest: a costly
   // failure there does not count towards giving live walks up.
   bool live_optional_ = false;
@@ -1476,7 +1498,7 @@ struct Classifier {
     // held by it: an observed walk's quiet takes at a line's start pushed gemma-4's 246,000
     // tokens one by one, 5 ms a mask).
     const uint32_t longest = height - 1;
-    const bool limits = bounded && len < longest;
+    cover_final_exit_ = false;
     if (bounded) {
       if (len == WalkStates::kUnbounded || len < kMinBoundedCover) return;
       uint32_t s = r1.next;
@@ -1485,7 +1507,19 @@ struct Classifier {
         if (!(class_key(rs) == class_key(r1))) return;
         s = rs.next;
       }
+      // A tolerant run leaves out a last code point after which the context can only end
+      // (a line's last character): its tokens are consumed inside the context all the same,
+      // so the cover holds them too (and root stops then need only what follows its end).
+      if (states.mode() == WalkStates::kTolerant && !last_only && len < height) {
+        uint32_t end = r0.next;
+        for (uint32_t d = 1; d < len && end != 0; ++d) end = states.run_class(end).next;
+        if (only_ends_on(end, class_key(r1))) {
+          ++len;
+          cover_final_exit_ = true;
+        }
+      }
     }
+    const bool limits = bounded && len < longest;
     const uint64_t only1[2] = {r1.ascii[0] & ~r0.ascii[0], r1.ascii[1] & ~r0.ascii[1]};
     if (__builtin_popcountll(only1[0]) + __builtin_popcountll(only1[1]) > kMaxCoverClear) {
       return;
@@ -1498,6 +1532,7 @@ struct Classifier {
       return;
     }
     cover_set = last_only ? 0 : r0.next;
+    cover_first_exits_ = r0.exits;
     cover_first = class_key(r0);
     cover_first.ascii[0] &= r1.ascii[0];
     cover_first.ascii[1] &= r1.ascii[1];
@@ -1960,6 +1995,7 @@ struct Classifier {
           exited = rs.exits;
           s = rs.next;
         }
+        if (s == 0 && rel == exit_after_steps_) exited = true;
         run_frames_[rel] = static_cast<uint32_t>(frames.size());
         frames.push_back(past_end    ? make_frame(0, s, c.depth + rel, false, false, false)
                          : tolerant_ ? make_frame(s, 0, c.depth + rel, exited, false, false)
@@ -1981,6 +2017,14 @@ struct Classifier {
     return __builtin_popcountll(live[0]) + __builtin_popcountll(live[1]) <= kMaxLiveCutCps;
   }
   static constexpr int kMaxLiveCutCps = 8;
+  // Adds the code points of `also` to live[] where they are a few ASCII ones as well.
+  static bool add_live(const CharSet& also, uint64_t live[2]) {
+    uint64_t more[2];
+    if (!few_live_cuts(also, more)) return false;
+    live[0] |= more[0];
+    live[1] |= more[1];
+    return __builtin_popcountll(live[0]) + __builtin_popcountll(live[1]) <= kMaxLiveCutCps;
+  }
 
   // The stops of a bounded run below node j (as class_region finds them, less the cuts that
   // go nowhere) without visiting its cuts: the children of j outside the class (when j's
@@ -2054,7 +2098,7 @@ struct Classifier {
   // The same for the trie tokens [tb, te), *s the first stop of region_exits_ that may still
   // hold one (the ranges of several calls come in trie order).
   void take_partials_outside_stops(uint32_t tb, uint32_t te, uint32_t cut_depth, uint32_t set,
-                                   uint32_t depth, size_t* s) {
+                                   uint32_t depth, size_t* s, bool exited0 = false) {
     const auto& trie = tokens.trie();
     const auto& tt = tokens.trie_tokens();
     const auto& pt = tokens.partial_trie_tokens();
@@ -2065,7 +2109,7 @@ struct Classifier {
       size_t ncp;
       tokens.code_points(tt[k].id, &ncp);
       if (ncp >= cut_depth) continue;  // below a cut
-      take_in_run(k, k + 1, set, depth, accepted, nullptr, true);
+      take_in_run(k, k + 1, set, depth, accepted, nullptr, true, exited0);
     }
   }
 
@@ -2952,16 +2996,29 @@ struct Classifier {
   // child's frame is then the cover's set, inside the context: in a strict walk a code
   // point after which the context may end lies outside every run, and a quiet walk has
   // nothing past the end).
+  // Also for a tolerant cover in a strict walk (a context that may end after each code
+  // point, with something past its end: the last characters of the last line of
+  // `line ("\n" line){0,8}`, whose children were each walked node by node, 57,000 nodes and
+  // 6-10 ms a mask on gemma-4), as a tolerant take would: where what follows the context's
+  // end can take no code point of the cover's class (a path that ends the context dies at
+  // its next code point), and its own first code points are a few ASCII ones, live at the
+  // cut as well.
   bool root_stops_apply() {
+    root_tolerant_ = cover_mode_ == WalkStates::kTolerant && states.mode() == WalkStates::kStrict &&
+                     after_end != 0 && !exit_any;
     if (cover_bits == nullptr || cover_set == 0 || cover_len_ == WalkStates::kUnbounded ||
-        obs_base != kNoObserve || tolerant_ || cover_mode_ != states.mode()) {
+        obs_base != kNoObserve || tolerant_ || (cover_mode_ != states.mode() && !root_tolerant_)) {
       return false;
     }
+    const WalkStates::ModeScope mode(states, cover_mode_);
     uint32_t s = cover_set;
     for (uint32_t d = 1; d < cover_len_ && s != 0; ++d) s = states.run_class(s).next;
     const CharSet& f = s != 0 ? states.first(s) : kNothing;
-    return few_live_cuts(f, root_live_) && class_exits(cover_class_) != nullptr;
+    if (!few_live_cuts(f, root_live_) || class_exits(cover_class_) == nullptr) return false;
+    return !root_tolerant_ || (past_end_dies(states.run_class(cover_set)) &&
+                               add_live(states.first(after_end), root_live_));
   }
+  bool root_tolerant_ = false;
 
   void walk_root_stops() {
     const auto& trie = tokens.trie();
@@ -2989,16 +3046,29 @@ struct Classifier {
     keep_outer_stops();
     // The tokens with a partial UTF-8 tail (the cover holds none), a child's own included,
     // outside the stops and shorter than the cut.
-    size_t st = 0;
-    for (uint32_t j : root_batch_) {
-      take_partials_outside_stops(trie[j].tok_begin, tok_begin_of(trie[j].end), cut_depth,
-                                  cover_set, 1, &st);
-    }
-    // Each stop is walked on from the run's set at its parent, as skip_region does: the
-    // children's frames are the cover's set at depth 1, inside the context.
     frames.clear();
     todo.clear();
-    queue_stops(1, cover_set, make_frame(cover_set, 0, 1, false, false, false), false);
+    {
+      // (A tolerant cover: its runs, and frames that know where the context may end.)
+      const WalkStates::ModeScope mode(states, cover_mode_);
+      const TolerantScope tolerant(tolerant_, root_tolerant_);
+      struct StepsScope {
+        uint32_t& v;
+        ~StepsScope() { v = UINT32_MAX; }
+      } steps{exit_after_steps_};
+      if (root_tolerant_ && cover_final_exit_) exit_after_steps_ = cover_len_ - 1;
+      size_t st = 0;
+      for (uint32_t j : root_batch_) {
+        take_partials_outside_stops(trie[j].tok_begin, tok_begin_of(trie[j].end), cut_depth,
+                                    cover_set, 1, &st, root_tolerant_ && cover_first_exits_);
+      }
+      // Each stop is walked on from the run's set at its parent, as skip_region does: the
+      // children's frames are the cover's set at depth 1, inside the context (which may end
+      // there in a tolerant cover).
+      queue_stops(1, cover_set,
+                  make_frame(cover_set, 0, 1, root_tolerant_ && cover_first_exits_, false, false),
+                  false);
+    }
     drain();
   }
   std::vector<uint32_t> root_batch_{};
