@@ -1876,6 +1876,7 @@ struct Classifier {
       for (uint32_t j : tokens.root_children()) {
         if (in_class(key, trie[j].cp)) mark_children_outside(j);
       }
+      worth = count * 8 <= trie.size();
       for (uint32_t k = goff[128]; k < goff[129] && worth; ++k) {
         const uint32_t p = groups[k].node;
         if (in_class(key, trie[p].cp)) mark_children_outside(p);
