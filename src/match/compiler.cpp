@@ -1593,9 +1593,7 @@ struct Classifier {
   // such a context got no cover and took 100,000 tokens one by one (0.5-1 ms a mask).
   bool drop_longer(uint32_t max_len) {
     const auto& by_len = tokens_by_length();
-    const auto first_short = std::lower_bound(
-        by_len.begin(), by_len.end(), max_len,
-        [](const std::pair<uint32_t, Token>& e, uint32_t n) { return e.first > n; });
+    const auto first_short = first_up_to(by_len, max_len);
     const size_t longer = static_cast<size_t>(first_short - by_len.begin());
     if (longer * 16 > tokens.n_vocab()) {
       const std::vector<uint32_t>* up_to = tokens_up_to(max_len);
@@ -1633,18 +1631,12 @@ struct Classifier {
       while (k > 0 && !up_to[k - 1]) --k;
       const size_t words = bitmask_words(tokens.n_vocab());
       if (shared.bytes + (n + 1 - k) * words * 4 > detail::SharedMasks::kMaxBytes) return nullptr;
-      // The tokens of at most m code points are by_len[first_up_to(m), end) (longest first),
-      // and those of exactly m the ones before first_up_to(m - 1).
-      auto first_up_to = [&](uint32_t m) {
-        return std::lower_bound(
-            by_len.begin(), by_len.end(), m,
-            [](const std::pair<uint32_t, Token>& e, uint32_t x) { return e.first > x; });
-      };
-      auto it = k > 0 ? first_up_to(k - 1) : by_len.end();
+      // The tokens of exactly m code points are those before first_up_to(m - 1).
+      auto it = k > 0 ? first_up_to(by_len, k - 1) : by_len.end();
       for (uint32_t len = k; len <= n; ++len) {
         auto bits = len > 0 ? std::make_unique<std::vector<uint32_t>>(*up_to[len - 1])
                             : std::make_unique<std::vector<uint32_t>>(words, 0);
-        const auto from = first_up_to(len);
+        const auto from = first_up_to(by_len, len);
         for (auto t = from; t != it; ++t) bitmask_set(bits->data(), t->second);
         it = from;
         shared.bytes += words * 4;
@@ -1652,6 +1644,15 @@ struct Classifier {
       }
     }
     return up_to[n].get();
+  }
+
+  // The first entry of tokens_by_length() (longest first) of at most m code points: the
+  // tokens of at most m code points are [first_up_to(m), end).
+  static std::vector<std::pair<uint32_t, Token>>::const_iterator first_up_to(
+      const std::vector<std::pair<uint32_t, Token>>& by_len, uint32_t m) {
+    return std::lower_bound(
+        by_len.begin(), by_len.end(), m,
+        [](const std::pair<uint32_t, Token>& e, uint32_t x) { return e.first > x; });
   }
 
   // Text tokens with their number of full code points, longest first
