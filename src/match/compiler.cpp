@@ -1297,17 +1297,20 @@ struct Classifier {
     }
     return true;
   }
-  // Sets a flag for its lifetime (tolerant_ during a tolerant take), then clears it.
-  struct TolerantScope {
-    bool& flag;
-    TolerantScope(bool& f, bool on) : flag(f) { flag = on; }
-    ~TolerantScope() { flag = false; }
-    TolerantScope(const TolerantScope&) = delete;
-    TolerantScope& operator=(const TolerantScope&) = delete;
+  // Sets a member for the scope's lifetime (tolerant_ during a tolerant take), then back to
+  // what it was.
+  template <class T>
+  struct ScopedSet {
+    T& var;
+    const T before;
+    ScopedSet(T& v, T value) : var(v), before(v) { var = value; }
+    ~ScopedSet() { var = before; }
+    ScopedSet(const ScopedSet&) = delete;
+    ScopedSet& operator=(const ScopedSet&) = delete;
   };
   bool tolerant_take(uint32_t j, const Frame& c) {
     const WalkStates::ModeScope mode(states, WalkStates::kTolerant);
-    const TolerantScope tolerant(tolerant_, true);
+    const ScopedSet<bool> tolerant(tolerant_, true);
     return bulk_accept(j, c.set, c.depth, false) || skip_region(j, c, false);
   }
 
@@ -3053,12 +3056,9 @@ struct Classifier {
     {
       // (A tolerant cover: its runs, and frames that know where the context may end.)
       const WalkStates::ModeScope mode(states, cover_mode_);
-      const TolerantScope tolerant(tolerant_, root_tolerant_);
-      struct StepsScope {
-        uint32_t& v;
-        ~StepsScope() { v = UINT32_MAX; }
-      } steps{exit_after_steps_};
-      if (root_tolerant_ && cover_final_exit_) exit_after_steps_ = cover_len_ - 1;
+      const ScopedSet<bool> tolerant(tolerant_, root_tolerant_);
+      const ScopedSet<uint32_t> steps(
+          exit_after_steps_, root_tolerant_ && cover_final_exit_ ? cover_len_ - 1 : UINT32_MAX);
       size_t st = 0;
       for (uint32_t j : root_batch_) {
         take_partials_outside_stops(trie[j].tok_begin, tok_begin_of(trie[j].end), cut_depth,
