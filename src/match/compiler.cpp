@@ -487,7 +487,6 @@ class WalkStates {
   WalkStates(StackPool& pool, const GrammarTables& g, size_t max_states, size_t max_members)
       : pool_(pool), g_(g), max_states_(max_states), max_members_(max_members) {
     sets_.add(nullptr, 0, 0);  // set 0: empty
-    ascii_.assign(128, kUnset);
   }
 
   size_t n_sets() const { return sets_.size(); }
@@ -496,7 +495,8 @@ class WalkStates {
   void reset() {
     sets_ = detail::IdSeqs();
     sets_.add(nullptr, 0, 0);
-    ascii_.assign(128, kUnset);
+    ascii_row_.clear();
+    ascii_rows_used_ = 0;  // the chunks stay, refilled as rows are handed out again
     other_.clear();
     uniform_.clear();
     firsts_.clear();
@@ -536,7 +536,6 @@ class WalkStates {
           " parse-state sets while precomputing masks (CompileOptions::max_walk_states)");
     }
     sets_.add(members.data(), members.size(), h);
-    ascii_.resize(sets_.size() * 128, kUnset);
     return id;
   }
 
@@ -544,10 +543,10 @@ class WalkStates {
   uint32_t step(uint32_t set, uint32_t cp) {
     if (set == 0) return 0;
     if (cp < 128) {
-      uint32_t& slot = ascii_[size_t(set) * 128 + cp];
-      if (slot != kUnset) return slot;
-      uint32_t v = compute(set, cp);
-      ascii_[size_t(set) * 128 + cp] = v;  // (ascii_ may have grown)
+      uint32_t* row = ascii_row(set);
+      if (row[cp] != kUnset) return row[cp];
+      const uint32_t v = compute(set, cp);
+      row[cp] = v;  // (rows never move: compute's new sets add rows in other places)
       return v;
     }
     // Most sets treat every code point >= 128 alike: one memo entry serves them all.
@@ -1047,6 +1046,28 @@ class WalkStates {
     return pos_ranges_[charset];
   }
 
+  // The memo of a set's steps by ASCII code points, made on its first such step. Rows lie
+  // in chunks that never move: one table grown by 512 bytes for every interned set was
+  // copied on each growth and its new pages faulted in (interning was a sixth of the
+  // first-use mask time of 40 dev-set schemas with many key states, now a twentieth).
+  static constexpr uint32_t kNoRow = 0xFFFFFFFFu;
+  static constexpr size_t kRowsPerChunk = 64;  // 32 KiB: from the heap, reused across grammars
+  uint32_t* ascii_row(uint32_t set) {
+    if (ascii_row_.size() <= set)
+      ascii_row_.resize(std::max(sets_.size(), size_t{set} + 1), kNoRow);
+    uint32_t r = ascii_row_[set];
+    if (r == kNoRow) {
+      r = ascii_row_[set] = static_cast<uint32_t>(ascii_rows_used_++);
+      if (r / kRowsPerChunk == ascii_chunks_.size()) {
+        ascii_chunks_.emplace_back(new uint32_t[kRowsPerChunk * 128]);
+      }
+      uint32_t* row = &ascii_chunks_[r / kRowsPerChunk][(r % kRowsPerChunk) * 128];
+      std::fill(row, row + 128, kUnset);
+      return row;
+    }
+    return &ascii_chunks_[r / kRowsPerChunk][(r % kRowsPerChunk) * 128];
+  }
+
   uint32_t compute(uint32_t set, uint32_t cp) {
     const bool exited = successors(set, cp, false);
     members_.assign(scratch_.begin(), scratch_.end());
@@ -1058,7 +1079,9 @@ class WalkStates {
   size_t max_states_;
   size_t max_members_;
   detail::IdSeqs sets_;
-  std::vector<uint32_t> ascii_;
+  std::vector<uint32_t> ascii_row_;  // per set: its row in ascii_chunks_, or kNoRow
+  std::vector<std::unique_ptr<uint32_t[]>> ascii_chunks_;
+  size_t ascii_rows_used_ = 0;
   std::unordered_map<uint64_t, uint32_t> other_;
   std::vector<uint32_t> uniform_;  // per set: kUniform | kTakesHigh, or kUnset
   std::vector<uint32_t> scratch_, members_;
