@@ -390,12 +390,16 @@ inline std::atomic<size_t> test_leave_cap{0};
 struct WalkCounters {
   std::atomic<uint64_t> leave_walks{0}, no_mask{0}, state_resets{0};
   std::atomic<uint64_t> live_walks{0}, live_regions{0};  // live_walk, live_region taken
+  std::atomic<uint64_t> exit_states_reused{0};  // live walks that found their exits' states known
   std::atomic<uint64_t> depth_bounds{0};  // runs whose depth was followed only as far as asked
 };
 inline WalkCounters test_walk_counters;
 // Tests only: every run depth a walk asks for is checked against its chain followed to the
 // end (WalkStates::run throws std::logic_error when a lower bound claims too much).
 inline std::atomic<bool> test_check_run_depths{false};
+// Tests only: contexts with more uncertain tokens than this take whole-stack masks
+// (CompiledData::deep_threshold; SIZE_MAX: the default, n_vocab / 16).
+inline std::atomic<size_t> test_deep_threshold{SIZE_MAX};
 
 struct CompiledData {
   CompiledData();
@@ -434,7 +438,11 @@ struct CompiledData {
   void add_checked(const std::vector<uint32_t>& positions, const Token* accepted, size_t n) const;
   static constexpr size_t kMaxCheckedTokens = size_t{1} << 22;
   // Contexts with more uncertain tokens than this use deep masks at run time.
-  size_t deep_threshold() const { return tokens ? tokens->n_vocab() / 16 : 0; }
+  size_t deep_threshold() const {
+    const size_t forced = test_deep_threshold.load(std::memory_order_relaxed);
+    if (forced != SIZE_MAX) return forced;
+    return tokens ? tokens->n_vocab() / 16 : 0;
+  }
   size_t n_masked_contexts() const { return n_masked_; }    // contexts with a character top
   size_t n_computed() const { return n_computed_.load(); }  // masks computed so far
   size_t masks_memory_bytes() const { return masks_bytes_.load(); }

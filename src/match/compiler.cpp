@@ -2812,25 +2812,18 @@ struct Classifier {
     // The exits and their sets first: the walks below may find other sets live (live_
     // grows, and la's labels are reused by find_labels).
     std::vector<std::pair<uint32_t, uint32_t>> go;  // (exit, set at its parent)
-    std::vector<uint32_t>& path_q = live_path_;     // local states along the previous exit's path
-    path_q.assign(1, 0);
-    const uint32_t* prev = nullptr;
-    for (uint32_t b : *exits) {
+    // The local state at each exit's parent depends only on the automaton's labels and
+    // transitions, which the live sets of many stacks share (the whole-stack masks of a
+    // large config schema's values, tsconfig's: each a set of its own, all with one key
+    // automaton): found once per automaton (exit_states), where each walk read every exit's
+    // code points again (18,000 exits of a key's class on llama-bpe, a fifth of such a
+    // schema's mask time).
+    const std::vector<uint32_t>& at = exit_states(*la, *exits);
+    for (size_t i = 0; i < exits->size(); ++i) {
       tick();
-      size_t n;
-      const uint32_t* cps = tokens.code_points(tt[trie[b].tok_begin].id, &n);
-      const size_t up = depth_of[b] - 1u;  // code points before b
-      size_t l = 0;
-      while (l + 1 < path_q.size() && l < up && cps[l] == prev[l]) ++l;
-      path_q.resize(l + 1);
-      prev = cps;
-      for (; l < up && path_q.back() != kNoState; ++l)
-        path_q.push_back(la->step(path_q.back(), cps[l]));
-      if (path_q.back() == kNoState) {  // below a code point outside C: walked from there
-        path_q.pop_back();
-        continue;
-      }
-      const uint32_t s = la->sets[path_q.back()];
+      if (at[i] == kNoState) continue;  // below a code point outside C: walked from there
+      const uint32_t b = (*exits)[i];
+      const uint32_t s = la->sets[at[i]];
       if (states.step(s, trie[b].cp) != 0) go.push_back({b, s});  // most exits die at once
     }
     for (const auto& [b, s] : go) {
@@ -2840,6 +2833,55 @@ struct Classifier {
     return true;
   }
   std::vector<uint32_t> live_path_{};
+  // Per exit of la's class (class_exits, in trie order): the local state of la's automaton
+  // at the exit's parent (kNoState: the path leaves C), memoized by the automaton (its class,
+  // label table and transitions; not its sets).
+  std::map<std::vector<uint32_t>, std::vector<uint32_t>> exit_states_{};
+  static constexpr size_t kMaxExitStates = 64;
+  const std::vector<uint32_t>& exit_states(const LiveAuto& la, const std::vector<uint32_t>& exits) {
+    std::vector<uint32_t> key = {static_cast<uint32_t>(la.cls.ascii[0]),
+                                 static_cast<uint32_t>(la.cls.ascii[0] >> 32),
+                                 static_cast<uint32_t>(la.cls.ascii[1]),
+                                 static_cast<uint32_t>(la.cls.ascii[1] >> 32),
+                                 la.cls.non_ascii ? 1u : 0u,
+                                 la.cls.holes,
+                                 la.k,
+                                 static_cast<uint32_t>(la.table.high)};
+    for (int8_t l : la.table.ascii) key.push_back(static_cast<uint32_t>(l));
+    key.insert(key.end(), la.next.begin(), la.next.end());
+    auto it = exit_states_.find(key);
+    if (it != exit_states_.end()) {
+      detail::test_walk_counters.exit_states_reused.fetch_add(1, std::memory_order_relaxed);
+      return it->second;
+    }
+    if (exit_states_.size() >= kMaxExitStates) exit_states_.clear();
+    std::vector<uint32_t> at(exits.size(), kNoState);
+    const auto& trie = tokens.trie();
+    const auto& tt = tokens.trie_tokens();
+    const auto& depth_of = tokens.node_depth();
+    std::vector<uint32_t>& path_q = live_path_;  // local states along the previous exit's path
+    path_q.assign(1, 0);
+    const uint32_t* prev = nullptr;
+    for (size_t i = 0; i < exits.size(); ++i) {
+      tick();
+      const uint32_t b = exits[i];
+      size_t n;
+      const uint32_t* cps = tokens.code_points(tt[trie[b].tok_begin].id, &n);
+      const size_t up = depth_of[b] - 1u;  // code points before b
+      size_t l = 0;
+      while (l + 1 < path_q.size() && l < up && cps[l] == prev[l]) ++l;
+      path_q.resize(l + 1);
+      prev = cps;
+      for (; l < up && path_q.back() != kNoState; ++l)
+        path_q.push_back(la.step(path_q.back(), cps[l]));
+      if (path_q.back() == kNoState) {
+        path_q.pop_back();
+        continue;
+      }
+      at[i] = path_q.back();
+    }
+    return exit_states_.emplace(std::move(key), std::move(at)).first->second;
+  }
   Label walked_{};  // what live_walk or label_walk took at a context's start
   static constexpr uint32_t kMinLiveNodes = 256;
 
