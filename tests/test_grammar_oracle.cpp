@@ -106,6 +106,24 @@ std::vector<uint32_t> llama_mask(llama_sampler* smpl, size_t n_vocab) {
   return words;
 }
 
+// Reports the first five tokens where two masks differ (`where` names the step); returns
+// whether they differ at all.
+bool masks_differ(const VocabFixture& fx, const std::vector<uint32_t>& ours,
+                  const std::vector<uint32_t>& theirs, const std::string& where) {
+  size_t diffs = 0;
+  for (size_t t = 0; t < fx.index->n_vocab() && diffs < 5; ++t) {
+    const bool a = bitmask_test(ours.data(), static_cast<Token>(t));
+    const bool b = bitmask_test(theirs.data(), static_cast<Token>(t));
+    if (a != b) {
+      ++diffs;
+      ADD_FAILURE() << where << " token " << t << " '"
+                    << fx.index->token_bytes(static_cast<Token>(t)) << "': lacuna " << a
+                    << ", llama.cpp " << b;
+    }
+  }
+  return diffs > 0;
+}
+
 struct WalkStats {
   size_t steps = 0;
   size_t refused_checked = 0;
@@ -906,18 +924,7 @@ TEST_P(Oracle, LiveExitStatesSharedMasksEqual) {
       m.fill_next_token_bitmask(ours.data());
       std::vector<uint32_t> theirs = llama_mask(smpl, fx.index->n_vocab());
       exclude_eog_in_partial(m, *fx.index, ours, theirs);
-      size_t diffs = 0;
-      for (size_t t = 0; t < fx.index->n_vocab() && diffs < 5; ++t) {
-        const bool a = bitmask_test(ours.data(), static_cast<Token>(t));
-        const bool b = bitmask_test(theirs.data(), static_cast<Token>(t));
-        if (a != b) {
-          ++diffs;
-          ADD_FAILURE() << "step " << i << " token " << t << " '"
-                        << fx.index->token_bytes(static_cast<Token>(t)) << "': lacuna " << a
-                        << ", llama.cpp " << b;
-        }
-      }
-      if (diffs > 0) break;
+      if (masks_differ(fx, ours, theirs, "step " + std::to_string(i))) break;
       ASSERT_TRUE(bitmask_test(ours.data(), toks[i])) << "step " << i << " leaves the grammar";
       ASSERT_TRUE(m.accept_token(toks[i])) << "step " << i;
       llama_sampler_accept(smpl, toks[i]);
@@ -1110,18 +1117,8 @@ ws ::= [ ]?)g";
           m.fill_next_token_bitmask(ours.data());
           std::vector<uint32_t> theirs = llama_mask(smpl, fx.index->n_vocab());
           exclude_eog_in_partial(m, *fx.index, ours, theirs);
-          size_t diffs = 0;
-          for (size_t t = 0; t < fx.index->n_vocab() && diffs < 5; ++t) {
-            const bool a = bitmask_test(ours.data(), static_cast<Token>(t));
-            const bool b = bitmask_test(theirs.data(), static_cast<Token>(t));
-            if (a != b) {
-              ++diffs;
-              ADD_FAILURE() << "round " << round << " step " << i << " token '"
-                            << fx.index->token_bytes(static_cast<Token>(t)) << "': lacuna " << a
-                            << ", llama.cpp " << b;
-            }
-          }
-          if (diffs > 0 || i == toks.size()) break;
+          const std::string where = "round " + std::to_string(round) + " step " + std::to_string(i);
+          if (masks_differ(fx, ours, theirs, where) || i == toks.size()) break;
           ++steps;
           ASSERT_TRUE(m.accept_token(toks[i])) << "step " << i;
           llama_sampler_accept(smpl, toks[i]);
