@@ -887,7 +887,7 @@ ws ::= [ \n]{0,2})g" +
 TEST_P(Oracle, LiveExitStatesSharedMasksEqual) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
-  std::string props, doc;
+  std::string props;
   for (const char* k :
        {"alpha", "also", "amber", "apex", "beta", "bold", "copt", "dopt", "eopt", "fopt", "gopt",
         "iopt",  "jopt", "kopt",  "lopt", "mopt", "nopt", "popt", "ropt", "sopt", "topt", "uopt"}) {
@@ -906,6 +906,7 @@ TEST_P(Oracle, LiveExitStatesSharedMasksEqual) {
       R"("alpha": true, "zebra": 1, "bold": false}, "files": ["a"]})";
   const std::vector<Token> toks = greedy_tokens(*fx.index, text);
   const uint64_t reused0 = detail::test_walk_counters.exit_states_reused.load();
+  const uint64_t walks0 = detail::test_walk_counters.live_walks.load();
   size_t steps = 0;
   for (int mode = 0; mode < 4; ++mode) {
     // Half the walks with whole-stack masks wherever a context leaves a token uncertain: each
@@ -934,10 +935,11 @@ TEST_P(Oracle, LiveExitStatesSharedMasksEqual) {
   }
   detail::test_deep_threshold = SIZE_MAX;
   const uint64_t reused = detail::test_walk_counters.exit_states_reused.load() - reused0;
+  const uint64_t walks = detail::test_walk_counters.live_walks.load() - walks0;
   std::printf(
-      "[oracle] %s live exit states reused %llu times: %zu steps compared (live walks %llu)\n",
-      GetParam().c_str(), static_cast<unsigned long long>(reused), steps,
-      (unsigned long long)detail::test_walk_counters.live_walks.load());
+      "[oracle] %s live walks %llu, their exit states reused %llu times: %zu steps compared\n",
+      GetParam().c_str(), static_cast<unsigned long long>(walks),
+      static_cast<unsigned long long>(reused), steps);
   EXPECT_GT(reused, 0u);
   EXPECT_EQ(steps, 4 * toks.size());
 }

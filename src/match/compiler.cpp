@@ -1055,17 +1055,17 @@ class WalkStates {
   uint32_t* ascii_row(uint32_t set) {
     if (ascii_row_.size() <= set)
       ascii_row_.resize(std::max(sets_.size(), size_t{set} + 1), kNoRow);
-    uint32_t r = ascii_row_[set];
-    if (r == kNoRow) {
-      r = ascii_row_[set] = static_cast<uint32_t>(ascii_rows_used_++);
-      if (r / kRowsPerChunk == ascii_chunks_.size()) {
+    const bool fresh = ascii_row_[set] == kNoRow;
+    if (fresh) {
+      ascii_row_[set] = static_cast<uint32_t>(ascii_rows_used_++);
+      if (ascii_row_[set] / kRowsPerChunk == ascii_chunks_.size()) {
         ascii_chunks_.emplace_back(new uint32_t[kRowsPerChunk * 128]);
       }
-      uint32_t* row = &ascii_chunks_[r / kRowsPerChunk][(r % kRowsPerChunk) * 128];
-      std::fill(row, row + 128, kUnset);
-      return row;
     }
-    return &ascii_chunks_[r / kRowsPerChunk][(r % kRowsPerChunk) * 128];
+    const uint32_t r = ascii_row_[set];
+    uint32_t* row = &ascii_chunks_[r / kRowsPerChunk][(r % kRowsPerChunk) * 128];
+    if (fresh) std::fill(row, row + 128, kUnset);
+    return row;
   }
 
   uint32_t compute(uint32_t set, uint32_t cp) {
@@ -1370,14 +1370,9 @@ struct Classifier {
     auto take_partial = [&](const TokenIndex::TrieToken& t) {
       size_t ncp;
       tokens.code_points(t.id, &ncp);
-      uint32_t s = set;
-      bool exited = exited0;  // the context may end after the token's full code points
-      for (size_t d = depth; d < ncp; ++d) {
-        const WalkStates::Run r = states.run_class(s);
-        exited = r.exits;
-        s = r.next;
-      }
-      if (s == 0 && ncp - depth == exit_after_steps_) exited = true;
+      // (exited: the context may end after the token's full code points)
+      const auto [s, exited] =
+          follow_runs(set, ncp > depth ? static_cast<uint32_t>(ncp - depth) : 0, exited0);
       if (partial_ok(s, t.partial)) {
         out.push_back(t.id);
       } else if (rest != nullptr) {
@@ -1454,6 +1449,19 @@ struct Classifier {
   // Where a run's chain of sets reaches the empty set after this many steps, the context
   // ended there (a tolerant cover's last code point, in walk_root_stops); else none.
   uint32_t exit_after_steps_ = UINT32_MAX;
+  // The set n code points along the run chain from `set`, and whether the context may end
+  // right after them: the last step's exit flag (`exited` when n is 0), or the end a
+  // tolerant cover's last code point makes (exit_after_steps_).
+  std::pair<uint32_t, bool> follow_runs(uint32_t set, uint32_t n, bool exited) {
+    uint32_t s = set;
+    for (uint32_t d = 0; d < n; ++d) {
+      const WalkStates::Run r = states.run_class(s);
+      exited = r.exits;
+      s = r.next;
+    }
+    if (s == 0 && n == exit_after_steps_) exited = true;
+    return {s, exited};
+  }
   uint32_t cover_len_ = 0;  // at most this many code points (or kUnbounded)
   // A live walk is tried before a cover whose first class is wider than the rest: a costly
   // failure there does not count towards giving live walks up.
@@ -2016,14 +2024,8 @@ struct Classifier {
       const uint32_t rel = depth_of[b] - 1u - top;  // run code points before b
       if (run_frames_.size() <= rel) run_frames_.resize(rel + 1, kNoFrame);
       if (run_frames_[rel] == kNoFrame) {
-        uint32_t s = set;
-        bool exited = c.exited;  // tolerant: the context may end before b
-        for (uint32_t d = 0; d < rel; ++d) {
-          const WalkStates::Run rs = states.run_class(s);
-          exited = rs.exits;
-          s = rs.next;
-        }
-        if (s == 0 && rel == exit_after_steps_) exited = true;
+        // (tolerant: the context may end before b)
+        const auto [s, exited] = follow_runs(set, rel, c.exited);
         run_frames_[rel] = static_cast<uint32_t>(frames.size());
         frames.push_back(past_end    ? make_frame(0, s, c.depth + rel, false, false, false)
                          : tolerant_ ? make_frame(s, 0, c.depth + rel, exited, false, false)
