@@ -1050,6 +1050,52 @@ d7 ::= [0-9] [0-9]?)g"};
   EXPECT_GT(stats.steps, grammars.size() * 9);
 }
 
+// Per-rule contexts that go on past their end and are left by most tokens: a one-character
+// rule whose tail calls lead into a key of any other name (clang-format's schema), and a
+// word made of one-letter calls. Their walks stop past the deep threshold and the contexts
+// get no mask, so their stacks take whole-stack masks, as they did when the mask listed every
+// leaving token as uncertain. Lazily and at compile time, with the threshold at its default
+// and forced low: masks must be llama.cpp's.
+TEST_P(Oracle, CappedWalksMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::vector<std::string> grammars = {
+      R"g(root ::= "{" (kv ("," kv)*)? "}"
+kv ::= "\"" ("id\"" | key) ":" val
+key ::= "\"" | "i" key-i | [^"\\i] tail
+key-i ::= "\"" | "d" [^"\\] tail | [^"\\d] tail
+tail ::= [^"\\]* "\""
+val ::= [0-9]+ | "\"" tail)g",
+      R"g(root ::= w (" " w)* "."
+w ::= c w | c
+c ::= [a-z])g"};
+  CompileOptions lazy;
+  lazy.eager_ms = 0;
+  lazy.inline_rules = false;
+  lazy.inline_small_rules = false;
+  CompileOptions eager = lazy;
+  eager.eager_ms = -1;
+  const uint64_t capped0 = detail::test_walk_counters.capped_walks.load();
+  WalkStats stats;
+  uint64_t seed = 9090;
+  for (const std::string& gbnf : grammars) {
+    SCOPED_TRACE(gbnf);
+    for (const CompileOptions& options : {lazy, eager}) {
+      for (size_t threshold : {SIZE_MAX, size_t{64}}) {
+        SCOPED_TRACE(threshold);
+        ScopedHook<size_t> deep(detail::test_deep_threshold, threshold);
+        auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
+        for (int k = 0; k < 2; ++k) walk(fx, gbnf, 10, seed++, stats, cg);
+      }
+    }
+  }
+  const uint64_t capped = detail::test_walk_counters.capped_walks.load() - capped0;
+  std::printf("[oracle] %s capped walks %llu: %zu steps compared\n", GetParam().c_str(),
+              static_cast<unsigned long long>(capped), stats.steps);
+  EXPECT_GT(capped, grammars.size());
+  EXPECT_GT(stats.steps, grammars.size() * 9);
+}
+
 // The eager budget runs out in the middle of a mask's walk (forced after a given number of
 // trie nodes: the clock cannot be stopped there on demand): the walk is abandoned, nothing
 // of it is kept or shared, and its context and the rest are computed on first use. Masks

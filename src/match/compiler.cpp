@@ -3205,7 +3205,17 @@ class ContextClassifier {
     const uint32_t after = after_end(d_.g.elem_rule[chain_pos_.back()]);
     const int64_t max_after = detail::test_max_after_stacks.load(std::memory_order_relaxed);
     if (states_.size(after) <= (max_after >= 0 ? size_t(max_after) : kMaxAfterStacks)) {
-      return compute_for(after, after, fresh);
+      // A mask with more uncertain tokens than the deep threshold is never read: each of
+      // its stacks takes a whole-stack mask instead (MatcherState::fill). So the walk stops
+      // there and the context gets no mask, which sends its stacks the same way. (A
+      // one-character rule left by nearly every token, clang-format's `key-other-v12`,
+      // listed 119,000 of llama-bpe's tokens as uncertain: 3.5 ms, a 476 KB list, unused.)
+      WalkMode capped(cl_, d_.deep_threshold(), false);
+      std::shared_ptr<const ContextMask> cm = compute_for(after, after, fresh);
+      if (cm == nullptr && *fresh) {
+        detail::test_walk_counters.capped_walks.fetch_add(1, std::memory_order_relaxed);
+      }
+      return cm;
     }
     detail::test_walk_counters.leave_walks.fetch_add(1, std::memory_order_relaxed);
     // Where that is many stacks (a rule called from hundreds of places: whitespace, a
@@ -3216,7 +3226,7 @@ class ContextClassifier {
     // context gets no mask (null) and each of its stacks gets a whole-stack mask, whose
     // walk knows what follows.
     const size_t cap = detail::test_leave_cap.load(std::memory_order_relaxed);
-    LeaveMode leave(cl_, cap != 0 ? cap : d_.tokens->n_vocab() / 32);
+    WalkMode leave(cl_, cap != 0 ? cap : d_.tokens->n_vocab() / 32, true);
     return compute_for(kUnset, 0, fresh);
   }
 
@@ -3288,20 +3298,20 @@ class ContextClassifier {
   }
   uint32_t flevel_ = 0, fbase_ = 0;
 
-  // Walks in which leaving the context makes every longer token uncertain, stopping past
-  // `cap` uncertain tokens; the mode before is restored on every way out (exceptions
-  // included; a prefix's walk runs inside a chain's).
-  struct LeaveMode {
+  // Walks that stop past `cap` uncertain tokens, and in which (`leave`) leaving the context
+  // makes every longer token uncertain; the mode before is restored on every way out
+  // (exceptions included; a prefix's walk runs inside a chain's).
+  struct WalkMode {
     Classifier& c;
     bool exit_any, over_cap;
     size_t cap;
-    LeaveMode(Classifier& cl, size_t cap_)
+    WalkMode(Classifier& cl, size_t cap_, bool leave)
         : c(cl), exit_any(cl.exit_any), over_cap(cl.over_cap), cap(cl.uncertain_cap) {
-      c.exit_any = true;
+      c.exit_any = leave;
       c.uncertain_cap = cap_;
       c.over_cap = false;
     }
-    ~LeaveMode() {
+    ~WalkMode() {
       c.exit_any = exit_any;
       c.uncertain_cap = cap;
       c.over_cap = over_cap;
@@ -3457,7 +3467,7 @@ class ContextClassifier {
     }
     std::shared_ptr<const ContextMask> sm;
     {
-      LeaveMode mode(cl_, d_.tokens->n_vocab() / 32);
+      WalkMode mode(cl_, d_.tokens->n_vocab() / 32, true);
       std::unique_ptr<ContextMask> cm = classify(key, 0);
       // Too many tokens leave the prefix for it to be worth it: remembered as unusable.
       if (!cl_.over_cap) sm = std::move(cm);
