@@ -499,7 +499,8 @@ class WalkStates {
     ascii_rows_used_ = 0;  // the chunks stay, refilled as rows are handed out again
     other_.clear();
     uniform_.clear();
-    firsts_.clear();
+    // firsts_ keeps its character sets, overwritten as sets are interned again (freeing
+    // tens of thousands of range lists here was most of a reset's milliseconds).
     first_done_.clear();
     first_ptr_.clear();
     for (auto& runs : runs_by_mode_) runs.clear();
@@ -568,8 +569,8 @@ class WalkStates {
   // The code points some member can consume next (union of the members' character sets).
   const CharSet& first(uint32_t set) {
     if (set < first_ptr_.size() && first_ptr_[set] != nullptr) return *first_ptr_[set];
-    if (firsts_.size() <= set) {
-      firsts_.resize(sets_.size());
+    if (first_done_.size() <= set) {
+      if (firsts_.size() < sets_.size()) firsts_.resize(sets_.size());
       first_done_.resize(sets_.size(), 0);
       first_ptr_.resize(sets_.size(), nullptr);
     }
@@ -3243,7 +3244,7 @@ class ContextClassifier {
     // A chain through a repetition family (a word of `(\S+\s+){0,99}`) is shared with the
     // chains at other levels of the family that a token cannot tell apart.
     std::vector<uint32_t> ckey = classes_of(chain_pos_.size());
-    ckey.push_back(key_after);
+    push_after_key(ckey, key_after);
     if (const auto* known = chains_.lookup(ckey)) {
       *fresh = false;
       return *known;
@@ -3251,7 +3252,7 @@ class ContextClassifier {
     *fresh = true;
     std::shared_ptr<const ContextMask> cm;
     if (std::vector<uint32_t> fkey; family_key(chain_pos_, &fkey)) {
-      fkey.push_back(key_after);
+      push_after_key(fkey, key_after);
       cm = family_chain(chain_pos_, std::move(fkey), after, fresh);
     } else {
       std::unique_ptr<ContextMask> walked = compute_chain(after);
@@ -3334,10 +3335,20 @@ class ContextClassifier {
     cl_.forget_sets();
     std::fill(after_end_.begin(), after_end_.end(), kUnset);
     std::fill(returns_.begin(), returns_.end(), RuleReturns{});
-    // Keyed by `after` sets, whose ids now stand for other sets.
-    chains_ = MasksByPositions();
-    families_.clear();
+    // Chains and families keyed by an `after` set, whose id now stands for another set, are
+    // keyed by the generation too: the old ones are never found again. They are kept
+    // rather than freed (one entry per context computed at most, as without resets):
+    // freeing tens of thousands of them took 12-26 ms inside one of jsconfig's masks.
+    ++generation_;
   }
+  // What stands for the stacks past a chain's end in the keys of chains_ and families_:
+  // the `after` set and the states' generation; kUnset (every leaving token uncertain)
+  // means the same in every generation.
+  void push_after_key(std::vector<uint32_t>& key, uint32_t key_after) const {
+    key.push_back(key_after);
+    key.push_back(key_after == kUnset ? 0 : generation_);
+  }
+  uint32_t generation_ = 0;
   // Whether the walk that made cm passed the cap on uncertain tokens (cm is then partial).
   bool past_cap(const ContextMask& cm) const {
     return cl_.over_cap || cm.uncertain_ids.size() > cl_.uncertain_cap;
