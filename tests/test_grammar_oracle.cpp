@@ -324,6 +324,16 @@ char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g";
 const char* const kWordsGrammar =
     R"g(root ::= "the" " " ("in" | "ing" | "a" [a-z]{0,3}) ("\n" root)?)g";
 
+// Per-rule contexts (a context of each rule, which goes on past its end to its callers),
+// their masks computed lazily (eager_ms 0) or all at compile time (-1).
+CompileOptions per_rule_contexts(double eager_ms) {
+  CompileOptions options;
+  options.eager_ms = eager_ms;
+  options.inline_rules = false;
+  options.inline_small_rules = false;
+  return options;
+}
+
 // Walks a real document of each grammar (bench/data) token by token, comparing masks at
 // every step: deep, realistic states that random walks rarely reach.
 TEST_P(Oracle, SampleTextWalksMasksEqual) {
@@ -1006,13 +1016,7 @@ d4 ::= [0-9] [0-9]?
 d5 ::= [0-9] [0-9]?
 d6 ::= [0-9] [0-9]?
 d7 ::= [0-9] [0-9]?)g"};
-  // Per-rule contexts: a context of each rule, which goes on past its end to its callers.
-  CompileOptions lazy;
-  lazy.eager_ms = 0;
-  lazy.inline_rules = false;
-  lazy.inline_small_rules = false;
-  CompileOptions eager = lazy;
-  eager.eager_ms = -1;
+  const CompileOptions lazy = per_rule_contexts(0), eager = per_rule_contexts(-1);
   CompileOptions resets = lazy;
   resets.max_walk_states = 48;
   const uint64_t leave0 = detail::test_walk_counters.leave_walks.load();
@@ -1071,12 +1075,7 @@ val ::= [0-9]+ | "\"" tail)g",
       R"g(root ::= w (" " w)* "."
 w ::= c w | c
 c ::= [a-z])g"};
-  CompileOptions lazy;
-  lazy.eager_ms = 0;
-  lazy.inline_rules = false;
-  lazy.inline_small_rules = false;
-  CompileOptions eager = lazy;
-  eager.eager_ms = -1;
+  const CompileOptions lazy = per_rule_contexts(0), eager = per_rule_contexts(-1);
   const uint64_t capped0 = detail::test_walk_counters.capped_walks.load();
   WalkStats stats;
   uint64_t seed = 9090;
