@@ -1453,6 +1453,11 @@ struct Classifier {
   // The set n code points along the run chain from `set`, and whether the context may end
   // right after them: the last step's exit flag (`exited` when n is 0), or the end a
   // tolerant cover's last code point makes (exit_after_steps_).
+  // The set n code points along the run chain from `set` (0 once the chain ends).
+  uint32_t set_along(uint32_t set, uint32_t n) {
+    for (uint32_t d = 0; d < n && set != 0; ++d) set = states.run_class(set).next;
+    return set;
+  }
   std::pair<uint32_t, bool> follow_runs(uint32_t set, uint32_t n, bool exited) {
     uint32_t s = set;
     for (uint32_t d = 0; d < n; ++d) {
@@ -1546,9 +1551,7 @@ struct Classifier {
       // (a line's last character): its tokens are consumed inside the context all the same,
       // so the cover holds them too (and root stops then need only what follows its end).
       if (states.mode() == WalkStates::kTolerant && !last_only && len < height) {
-        uint32_t end = r0.next;
-        for (uint32_t d = 1; d < len && end != 0; ++d) end = states.run_class(end).next;
-        if (only_ends_on(end, class_key(r1))) {
+        if (only_ends_on(set_along(r0.next, len - 1), class_key(r1))) {
           ++len;
           cover_final_exit_ = true;
         }
@@ -1982,7 +1985,7 @@ struct Classifier {
     const uint32_t cut_depth = depth_of[j] + r.depth + 1u;  // (when cut)
     if (cut) {
       cuts = &depth_nodes(cut_depth);
-      for (uint32_t d = 0; d < r.depth; ++d) cut_set = states.run_class(cut_set).next;
+      cut_set = set_along(set, r.depth);
       if ((!c.pending || past_end) && !tolerant_) {
         cut_first = cut_set != 0 ? &states.first(cut_set) : &kNothing;
       }
@@ -3084,8 +3087,7 @@ struct Classifier {
       return false;
     }
     const WalkStates::ModeScope mode(states, cover_mode_);
-    uint32_t s = cover_set;
-    for (uint32_t d = 1; d < cover_len_ && s != 0; ++d) s = states.run_class(s).next;
+    const uint32_t s = set_along(cover_set, cover_len_ > 0 ? cover_len_ - 1 : 0);
     const CharSet& f = s != 0 ? states.first(s) : kNothing;
     if (!few_live_cuts(f, root_live_) || class_exits(cover_class_) == nullptr) return false;
     return !root_tolerant_ || (past_end_dies(states.run_class(cover_set)) &&
