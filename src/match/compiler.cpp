@@ -1840,11 +1840,14 @@ struct Classifier {
   std::unordered_map<detail::SharedMasks::ClassKey, const std::vector<uint32_t>*,
                      detail::SharedMasks::ClassKeyHash>
       exit_cache_{};
-  // `budget`: a class not built yet is built only when the nodes its build looks at (those
-  // outside the class) are at most this many; otherwise null, and nothing is remembered (a
-  // larger subtree may still build it). A schema's key automaton makes a class per prefix
-  // of its names (a string's characters less a few letters), each with thousands of exits:
-  // built to skip through one small subtree, they cost more than walking it.
+  // `budget`: what the caller's walk would cost without the exits, in nodes an exits build
+  // looks at. A schema's key automaton makes a class per prefix of its names (a string's
+  // characters less a few letters), each with thousands of exits: built to skip through one
+  // small subtree, they cost more than walking it. So a class not built yet is built once
+  // the budgets asked of it add up to the nodes its build looks at (those outside the class),
+  // and until then each call gets null: a walk that meets the class in thousands of small
+  // subtrees (the characters of `.*.txt` less the `t` that moves it on, under each of the
+  // root's children) pays at most about twice what skipping would have cost it.
   const std::vector<uint32_t>* class_exits(const WalkStates::Run& r, size_t budget = SIZE_MAX) {
     return class_exits(class_key(r), budget);
   }
@@ -1860,13 +1863,25 @@ struct Classifier {
       if (sit != shared.exits.end()) {
         out = sit->second.get();
       } else if (shared.exits.size() < detail::SharedMasks::kMaxExitClasses) {
-        if (budget != SIZE_MAX && exits_build_nodes(key) > budget) return nullptr;
+        if (budget != SIZE_MAX) {
+          ExitRent& rent = exit_rent_[key];
+          if (rent.build_nodes == 0) rent.build_nodes = exits_build_nodes(key) + 1;
+          rent.asked += budget;
+          if (rent.build_nodes > rent.asked) return nullptr;
+        }
         out = build_class_exits(key, shared);
       }
     }
     exit_cache_.emplace(key, out);
     return out;
   }
+  // Per class not built yet: the nodes its build looks at (+1, 0 while unknown) and the
+  // budgets asked of it so far.
+  struct ExitRent {
+    size_t build_nodes = 0, asked = 0;
+  };
+  std::unordered_map<detail::SharedMasks::ClassKey, ExitRent, detail::SharedMasks::ClassKeyHash>
+      exit_rent_{};
   // The trie nodes at depth two or more whose code point is in the class (through the
   // token index's code-point groups): what build_class_exits looks at for the complement of
   // a run's class, and how rare a label is (find_labels).
