@@ -562,6 +562,19 @@ class WalkStates {
 
   // Whether every member treats all code points >= 128 alike (memoized).
   bool uniform(uint32_t set) { return (high_flags(set) & kUniform) != 0; }
+  // For a set that is not uniform: the members' ranges from 128 on as a hole set, outside
+  // which every member treats the code points >= 128 alike (0: none to be had).
+  uint16_t high_holes(uint32_t set) {
+    uint16_t holes = 0;
+    return high_outside_holes(set, &holes) != 0 ? holes : 0;
+  }
+  // The union of two hole sets (0 where it is too many ranges to intern).
+  uint16_t union_holes(uint16_t a, uint16_t b) {
+    RangeSet u = detail::class_holes(a);
+    const RangeSet& more = detail::class_holes(b);
+    u.insert(u.end(), more.begin(), more.end());
+    return intern_holes(normalize(std::move(u)));
+  }
   // Whether some member may consume a code point >= 128: if not, no partial UTF-8 sequence
   // (which always stands for one) can go on from this set.
   bool takes_high(uint32_t set) { return (high_flags(set) & kTakesHigh) != 0; }
@@ -1506,12 +1519,7 @@ struct Classifier {
       // Where the set is a live automaton (a search: C1 leaves out the letter that moves it,
       // and every token with one would be walked), the live walk does better, and the
       // cover's class exits and tokens, new classes per pattern, would be built for nothing.
-      if (obs_base == kNoObserve) {
-        live_optional_ = true;
-        const bool live = live_auto(set0) != nullptr;
-        live_optional_ = false;
-        if (live) return;
-      }
+      if (live_instead(set0)) return;
       r1 = states.run(r0.next, height);
       if (r1.next == 0 || !broad(class_key(r1))) {
         // The run's last code point (C0 then something narrow: `.{0,1} "<END>"`): the
@@ -1541,6 +1549,13 @@ struct Classifier {
     cover_final_exit_ = false;
     if (bounded) {
       if (len == WalkStates::kUnbounded || len < kMinBoundedCover) return;
+      // A run cut short not by a count but by sets that change along it (`c* c "txt"`, a
+      // search for a suffix: each code point of C adds a state until a `t` comes): a live
+      // automaton, whose walk takes every token of C*, where the cover would hold those of
+      // two code points and leave 112,000 of llama-bpe's tokens to be walked one by one
+      // (8-19 ms a first-use mask). A bounded repetition's sets die at its depth, so the
+      // search fails within that many steps: tried on short covers only.
+      if (len <= kMaxLiveOverBounded && live_instead(set0)) return;
       uint32_t s = r1.next;
       for (uint32_t d = 2; d < std::min(len, height); ++d) {
         const WalkStates::Run rs = states.run_class(s);
@@ -1651,6 +1666,17 @@ struct Classifier {
   }
   std::vector<uint32_t> bounded_cover_{};
   static constexpr uint32_t kMinBoundedCover = 1;
+  static constexpr uint32_t kMaxLiveOverBounded = 8;
+  // Whether set0 is a live automaton (outside an observed walk), which a live walk serves
+  // better than the cover being set up: the cover is then left unset. Such a search does
+  // not count towards giving live walks up.
+  bool live_instead(uint32_t set0) {
+    if (obs_base != kNoObserve) return false;
+    live_optional_ = true;
+    const bool live = live_auto(set0) != nullptr;
+    live_optional_ = false;
+    return live;
+  }
 
   // The tokens of at most n full code points as a bitmask (SharedMasks::tokens_up_to),
   // shared by every grammar of the token index. Null when the shared cache is full.
@@ -2435,10 +2461,24 @@ struct Classifier {
   std::vector<uint32_t> label_set_at_{}, label_touched_{};
   std::vector<std::pair<uint32_t, uint32_t>> label_stack_{};
 
-  static uint32_t label_rep(const Label& l) {
+  uint32_t label_rep(const Label& l) const {
     if (l.ascii[0] != 0) return static_cast<uint32_t>(__builtin_ctzll(l.ascii[0]));
     if (l.ascii[1] != 0) return 64u + static_cast<uint32_t>(__builtin_ctzll(l.ascii[1]));
-    return 0x100;
+    return label_high_;
+  }
+  // Live automata over sets whose members treat code points >= 128 differently within a
+  // few ranges (a pattern's `.` leaves out U+2028 and U+2029; `\s` takes a few spaces):
+  // those ranges (label_holes_) lie outside C, where the walk meets them as exits, and
+  // every other code point >= 128 steps like label_high_, the first of them.
+  uint16_t label_holes_ = 0;
+  uint32_t label_high_ = 0x100;
+  void set_label_holes(uint16_t holes) {
+    label_holes_ = holes;
+    label_high_ = 128;
+    for (const CharRange& r : detail::class_holes(holes)) {
+      if (r.lo <= label_high_ && label_high_ <= r.hi) label_high_ = r.hi + 1;
+    }
+    if (holes == 0) label_high_ = 0x100;
   }
   static bool label_empty(const Label& l) {
     return l.ascii[0] == 0 && l.ascii[1] == 0 && !l.non_ascii;
@@ -2451,12 +2491,18 @@ struct Classifier {
     }
     in[0] = cs.negated ? ~cs.ascii[0] : cs.ascii[0];
     in[1] = cs.negated ? ~cs.ascii[1] : cs.ascii[1];
-    const bool high_in = cs.match(0x100);
+    const bool high_in = cs.match(label_high_);
     const size_t n = labels_.size();
     for (size_t i = 0; i < n; ++i) {
       const Label l = labels_[i];
-      const Label inside{{l.ascii[0] & in[0], l.ascii[1] & in[1]}, l.non_ascii && high_in};
-      const Label outside{{l.ascii[0] & ~in[0], l.ascii[1] & ~in[1]}, l.non_ascii && !high_in};
+      // (Holes only with the flag: without it a class's holes are its high code points.)
+      const bool high_inside = l.non_ascii && high_in, high_outside = l.non_ascii && !high_in;
+      const Label inside{{l.ascii[0] & in[0], l.ascii[1] & in[1]},
+                         high_inside,
+                         high_inside ? label_holes_ : uint16_t{0}};
+      const Label outside{{l.ascii[0] & ~in[0], l.ascii[1] & ~in[1]},
+                          high_outside,
+                          high_outside ? label_holes_ : uint16_t{0}};
       if (label_empty(inside) || label_empty(outside)) continue;
       labels_[i] = inside;
       labels_.push_back(outside);
@@ -2468,9 +2514,13 @@ struct Classifier {
   // `max_labels` labels, and C stays broad or nothing is found.
   bool find_labels(uint32_t set0, size_t max_labels = kMaxLabels, bool live = false) {
     Label excl{{0, 0}, false};
+    uint16_t holes = 0;  // live: the code points >= 128 left out of C (set_label_holes)
     label_steps_ = 0;
     for (int round = 0; round < kMaxLabelRounds; ++round) {
-      labels_.assign(1, Label{{~excl.ascii[0], ~excl.ascii[1]}, !excl.non_ascii});
+      set_label_holes(holes);
+      labels_.assign(1, Label{{~excl.ascii[0], ~excl.ascii[1]},
+                              !excl.non_ascii,
+                              excl.non_ascii ? uint16_t{0} : holes});
       if (live && printable_count(labels_[0].ascii) < kMinExitClassPrintable) return false;
       label_queue_.clear();
       label_state_of_.clear();
@@ -2496,6 +2546,20 @@ struct Classifier {
           return true;
         };
         bool fits = states.uniform(s);
+        if (!fits && live && !excl.non_ascii) {
+          // Alike outside a few ranges: those leave C (a new one starts the round again).
+          const uint16_t h = states.high_holes(s);
+          if (h != 0 && holes_within(h, holes)) {
+            fits = true;
+          } else if (h != 0) {
+            const uint16_t u = states.union_holes(holes, h);
+            if (u != 0) {
+              holes = u;
+              again = true;
+              break;
+            }
+          }
+        }
         uint32_t n;
         const uint32_t* m = states.members(s, &n);
         // Live: a set of many stacks (an ambiguous pattern's, growing with each step) costs
@@ -2553,9 +2617,13 @@ struct Classifier {
   // The label of each code point (-1: outside C), for walking code points through the
   // automaton on labels: label walks' label trie and live walks' paths.
   struct LabelTable {
-    int8_t ascii[128];  // per ASCII code point
-    int8_t high = -1;   // the code points >= 128
-    int label(uint32_t cp) const { return cp < 128 ? ascii[cp] : high; }
+    int8_t ascii[128];   // per ASCII code point
+    int8_t high = -1;    // the code points >= 128
+    uint16_t holes = 0;  // but those (live automata: outside C)
+    int label(uint32_t cp) const {
+      if (cp < 128) return ascii[cp];
+      return holes != 0 && detail::in_class_holes(holes, cp) ? -1 : high;
+    }
   };
   LabelTable label_table() const {
     LabelTable t;
@@ -2566,6 +2634,7 @@ struct Classifier {
       }
       if (labels_[i].non_ascii) t.high = static_cast<int8_t>(i);
     }
+    t.holes = label_holes_;
     return t;
   }
   // C: the union of the labels.
@@ -2576,6 +2645,7 @@ struct Classifier {
       u.ascii[1] |= l.ascii[1];
       u.non_ascii = u.non_ascii || l.non_ascii;
     }
+    if (u.non_ascii) u.holes = label_holes_;
     return u;
   }
 
@@ -2784,6 +2854,9 @@ struct Classifier {
     ++live_found_;
     auto la = std::make_unique<LiveAuto>();
     la->cls = labels_union();  // broad: find_labels checked it in live mode
+    if (la->cls.holes != 0) {
+      detail::test_walk_counters.live_holes.fetch_add(1, std::memory_order_relaxed);
+    }
     la->k = static_cast<uint32_t>(labels_.size());
     la->table = label_table();
     la->next = label_next_;
