@@ -361,6 +361,15 @@ CompileOptions per_rule_contexts(double eager_ms) {
   return options;
 }
 
+// Masks on first use (eager_ms 0) or all at compile time (-1), no prefix masks shared with
+// earlier grammars.
+CompileOptions cold_masks(double eager_ms) {
+  CompileOptions options;
+  options.eager_ms = eager_ms;
+  options.share_masks = false;
+  return options;
+}
+
 // Walks a real document of each grammar (bench/data) token by token, comparing masks at
 // every step: deep, realistic states that random walks rarely reach.
 TEST_P(Oracle, SampleTextWalksMasksEqual) {
@@ -888,11 +897,7 @@ ws ::= [ \n]{0,2})g" +
       // Code points >= 128 only after the match: a partial UTF-8 tail fits some sets.
       R"g(root ::= "\"" [ !#-\[\]-~]* [a-z] c* "\"")g" + c,
       R"g(root ::= "\"" c* "é" c* "\"")g" + c};
-  CompileOptions lazy;
-  lazy.eager_ms = 0;
-  lazy.share_masks = false;
-  CompileOptions eager = lazy;
-  eager.eager_ms = -1;
+  const CompileOptions lazy = cold_masks(0), eager = cold_masks(-1);
   const uint64_t walks0 = detail::test_walk_counters.live_walks.load();
   const uint64_t regions0 = detail::test_walk_counters.live_regions.load();
   WalkStats stats;
@@ -938,11 +943,7 @@ s ::= [a-zA-Z0-9\-. ,\t\u00a0\u2000-\u200a\u3000])g",
 c ::= [^\x00-\x1F"\\])g",
        R"("report.txt")"},
       {R"g(root ::= "\"" (d+ "/")? d+ ":" d+ "\"")g" + dot, R"("docker.io/library/python:3")"}};
-  CompileOptions lazy;
-  lazy.eager_ms = 0;
-  lazy.share_masks = false;
-  CompileOptions eager = lazy;
-  eager.eager_ms = -1;
+  const CompileOptions lazy = cold_masks(0), eager = cold_masks(-1);
   const uint64_t holes0 = detail::test_walk_counters.live_holes.load();
   const uint64_t walks0 = detail::test_walk_counters.live_walks.load();
   WalkStats stats;
