@@ -2474,11 +2474,16 @@ struct Classifier {
   uint32_t label_high_ = 0x100;
   void set_label_holes(uint16_t holes) {
     label_holes_ = holes;
-    label_high_ = 128;
-    for (const CharRange& r : detail::class_holes(holes)) {
-      if (r.lo <= label_high_ && label_high_ <= r.hi) label_high_ = r.hi + 1;
+    label_high_ = holes == 0 ? 0x100 : first_outside_holes(holes);
+  }
+  // The first code point >= 128 outside a hole set (past 0x10FFFF where it holds them all,
+  // which a union of two hole sets may).
+  static uint32_t first_outside_holes(uint16_t holes) {
+    uint32_t cp = 128;
+    for (const CharRange& r : detail::class_holes(holes)) {  // in order, apart
+      if (r.lo <= cp && cp <= r.hi) cp = r.hi + 1;
     }
-    if (holes == 0) label_high_ = 0x100;
+    return cp;
   }
   static bool label_empty(const Label& l) {
     return l.ascii[0] == 0 && l.ascii[1] == 0 && !l.non_ascii;
@@ -2553,7 +2558,7 @@ struct Classifier {
             fits = true;
           } else if (h != 0) {
             const uint16_t u = states.union_holes(holes, h);
-            if (u != 0) {
+            if (u != 0 && first_outside_holes(u) <= 0x10FFFF) {
               holes = u;
               again = true;
               break;
