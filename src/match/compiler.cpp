@@ -92,6 +92,15 @@ RangeSet normalize(RangeSet r) {
   return out;
 }
 
+// The first code point >= 128 outside normalized ranges (0x110000 where they hold them all).
+uint32_t first_high_outside(const RangeSet& ranges) {
+  uint32_t cp = 128;
+  for (const CharRange& r : ranges) {  // in order, apart
+    if (r.lo <= cp && cp <= r.hi) cp = r.hi >= 0x10FFFF ? 0x110000 : r.hi + 1;
+  }
+  return cp;
+}
+
 RangeSet charset_ranges(const CharSet& cs) {
   if (cs.any) return {{0, 0xFFFFFFFFu}};
   if (!cs.negated) return cs.ranges;
@@ -843,11 +852,8 @@ class WalkStates {
       }
     });
     hole_ranges_ = normalize(std::move(hole_ranges_));
-    uint32_t high = 128;
-    if (!hole_ranges_.empty() && hole_ranges_[0].lo == 128) {
-      if (hole_ranges_[0].hi >= 0x10FFFF) return 0;
-      high = hole_ranges_[0].hi + 1;
-    }
+    const uint32_t high = first_high_outside(hole_ranges_);
+    if (high > 0x10FFFF) return 0;
     *holes = intern_holes(hole_ranges_);
     return *holes != 0 ? high : 0;
   }
@@ -2474,16 +2480,7 @@ struct Classifier {
   uint32_t label_high_ = 0x100;
   void set_label_holes(uint16_t holes) {
     label_holes_ = holes;
-    label_high_ = holes == 0 ? 0x100 : first_outside_holes(holes);
-  }
-  // The first code point >= 128 outside a hole set (past 0x10FFFF where it holds them all,
-  // which a union of two hole sets may).
-  static uint32_t first_outside_holes(uint16_t holes) {
-    uint32_t cp = 128;
-    for (const CharRange& r : detail::class_holes(holes)) {  // in order, apart
-      if (r.lo <= cp && cp <= r.hi) cp = r.hi + 1;
-    }
-    return cp;
+    label_high_ = holes == 0 ? 0x100 : first_high_outside(detail::class_holes(holes));
   }
   static bool label_empty(const Label& l) {
     return l.ascii[0] == 0 && l.ascii[1] == 0 && !l.non_ascii;
@@ -2558,7 +2555,8 @@ struct Classifier {
             fits = true;
           } else if (h != 0) {
             const uint16_t u = states.union_holes(holes, h);
-            if (u != 0 && first_outside_holes(u) <= 0x10FFFF) {
+            // (Not where the union holds every code point from 128 on, as two sets' may.)
+            if (u != 0 && first_high_outside(detail::class_holes(u)) <= 0x10FFFF) {
               holes = u;
               again = true;
               break;
