@@ -3349,7 +3349,7 @@ class ContextClassifier {
       cm = family_chain(chain_pos_, std::move(fkey), after, fresh);
     } else {
       std::unique_ptr<ContextMask> walked = compute_chain(after);
-      if (!past_cap(*walked)) cm = std::move(walked);
+      if (!past_cap(*walked)) cm = same_mask(std::move(walked), fresh);
     }
     chains_.add(std::move(ckey), cm);
     return cm;
@@ -3388,7 +3388,7 @@ class ContextClassifier {
       low = std::min(cl_.obs_low, flevel_ + 1);
     }
     if (past_cap(*walked)) return nullptr;
-    std::shared_ptr<const ContextMask> cm = std::move(walked);
+    std::shared_ptr<const ContextMask> cm = same_mask(std::move(walked), fresh);
     // Levels entered: L down to low - 1, all above the base when low >= 3.
     if (low >= Classifier::kMinSharedLow) bucket.emplace_back(flevel_ - (low - 1), cm);
     return cm;
@@ -3488,11 +3488,39 @@ class ContextClassifier {
       cm = family_chain(positions, std::move(fkey), 0, fresh);
     } else {
       *fresh = true;
-      cm = classify(positions, 0);
+      cm = same_mask(classify(positions, 0), fresh);
     }
     stacks_.add(std::move(key), cm);
     return cm;
   }
+
+  // A mask equal to one computed before (the positions of `[a-z]{162}`, a family's levels
+  // past what a token spans, the same string in two places) is that one: the memory is
+  // held once, and a matcher whose stacks share it sets its accepted tokens once a step
+  // (MatcherState::fill), where it OR-ed 160 copies of one 16 KB bitmask for a search.
+  // *fresh turns false when an earlier mask serves.
+  std::shared_ptr<const ContextMask> same_mask(std::unique_ptr<ContextMask> cm, bool* fresh) {
+    const auto hash_of = [](const auto& v, uint64_t seed) {
+      // (Token ids are int32_t: read as their unsigned variant.)
+      return hash_ids(reinterpret_cast<const uint32_t*>(v.data()), v.size()) ^
+             (seed * 0x9E3779B97F4A7C15ull);
+    };
+    const uint64_t h =
+        hash_of(cm->accepted_bits, hash_of(cm->accepted_ids, hash_of(cm->uncertain_ids, 1)));
+    auto range = masks_by_hash_.equal_range(h);
+    for (auto it = range.first; it != range.second; ++it) {
+      const ContextMask& o = *it->second;
+      if (o.accepted_bits == cm->accepted_bits && o.accepted_ids == cm->accepted_ids &&
+          o.uncertain_ids == cm->uncertain_ids) {
+        *fresh = false;
+        return it->second;
+      }
+    }
+    std::shared_ptr<const ContextMask> out = std::move(cm);
+    masks_by_hash_.emplace(h, out);
+    return out;
+  }
+  std::unordered_multimap<uint64_t, std::shared_ptr<const ContextMask>> masks_by_hash_{};
 
  private:
   // Walks run on full (uncut) stacks: a copy of the chain with the empty stack below it, so

@@ -122,6 +122,7 @@ class MatcherState {
     bool allow_eog = false;
     const uint32_t* st = stacks();
     const size_t ns = n_stacks();
+    ored_.clear();
     for (size_t i = 0; i < ns; ++i) {
       const uint32_t s = st[i];
       if (s == StackPool::kEmpty) {
@@ -154,7 +155,7 @@ class MatcherState {
       if (cm == nullptr || cm->uncertain_ids.size() > d_->deep_threshold()) {
         const detail::ContextMask* deep = deep_mask(s);
         if (deep != nullptr) {
-          or_accepted(*deep, words);
+          or_accepted_once(*deep, words);
           continue;
         }
       }
@@ -162,7 +163,7 @@ class MatcherState {
         memo_into(s, words, [&](std::vector<Token>& out) { check_all_tokens(s, out); });
         continue;
       }
-      or_accepted(*cm, words);
+      or_accepted_once(*cm, words);
       if (!cm->uncertain_ids.empty()) {
         memo_into(s, words, [&](std::vector<Token>& out) {
           check_uncertain(s, cm->uncertain_ids.data(),
@@ -302,6 +303,20 @@ class MatcherState {
   void add_out(std::vector<uint32_t>& out, uint32_t s) {
     if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
   }
+
+  // Many stacks of one step may share a mask (ContextClassifier::same_mask: the positions
+  // of `[a-z]{162}`, the levels of a repetition family): its accepted tokens are set once
+  // per fill (a bitmask is 16 KB on a 128k vocabulary; the 160 stacks of a search for
+  // `[a-z]{162}` OR-ed 2.5 MB a step).
+  // (Bitmasks only: the search is bounded by the OR-ing it saves.)
+  void or_accepted_once(const detail::ContextMask& cm, uint32_t* words) {
+    if (!cm.accepted_bits.empty()) {
+      if (std::find(ored_.begin(), ored_.end(), &cm) != ored_.end()) return;
+      ored_.push_back(&cm);
+    }
+    or_accepted(cm, words);
+  }
+  std::vector<const detail::ContextMask*> ored_{};
 
   void or_accepted(const detail::ContextMask& cm, uint32_t* words) const {
     if (!cm.accepted_bits.empty()) {
