@@ -972,6 +972,46 @@ c ::= [^\x00-\x1F"\\])g",
   EXPECT_GT(stats.steps, cases.size() * 6);
 }
 
+// Equal masks held once (ContextClassifier::same_mask): an unanchored search for a long
+// bounded run leaves one stack per position of the run, each its own context with a mask
+// equal to its neighbours' (o40228's `[a-zA-Z0-9_-]{162}`, a 160-stack step that OR-ed 160
+// copies of one bitmask); a string bounded by a pattern's length pairs, whose levels share
+// masks too. Walked along a text and at random, masks on first use and at compile time,
+// whole-stack masks included (a context of the search has no mask of its own).
+TEST_P(Oracle, SameMasksSharedMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"g(root ::= "{\"id\": \"" c* [\-0-9A-Z_a-z]{40} c* "\"}"
+c ::= [^\x00-\x1F"\\] | "\\" ["/\\bfnrt])g",
+       R"({"id": "key-0123456789abcdefghijklmnopqrstuvwxyz_ABCDEFGHIJ end"})"},
+      {json_schema_to_gbnf(
+           R"({"type":"object","properties":{"code":{"type":"string","maxLength":30},)"
+           R"("oid":{"type":"string","minLength":12,"maxLength":12,"pattern":"[0-9a-fA-F]+"}}})"),
+       R"({"code": "someAuthorizationCode", "oid": "0123456789ab"})"}};
+  const CompileOptions lazy = cold_masks(0), eager = cold_masks(-1);
+  const uint64_t same0 = detail::test_walk_counters.same_masks.load();
+  WalkStats stats;
+  size_t text_steps = 0, text_tokens = 0;
+  uint64_t seed = 777;
+  for (const auto& [gbnf, text] : cases) {
+    SCOPED_TRACE(gbnf);
+    const std::vector<Token> toks = greedy_tokens(*fx.index, text);
+    for (const CompileOptions& options : {lazy, eager}) {
+      text_steps += text_walk(fx, gbnf, toks, options);
+      text_tokens += toks.size();
+      auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
+      for (int k = 0; k < 3; ++k) walk(fx, gbnf, 12, seed++, stats, cg);
+    }
+  }
+  const uint64_t same = detail::test_walk_counters.same_masks.load() - same0;
+  std::printf("[oracle] %s masks equal to an earlier one %llu: %zu + %zu steps compared\n",
+              GetParam().c_str(), static_cast<unsigned long long>(same), text_steps, stats.steps);
+  EXPECT_GT(same, 2 * cases.size());
+  EXPECT_EQ(text_steps, text_tokens);
+  EXPECT_GT(stats.steps, cases.size() * 6);
+}
+
 // Live walks over a key where names other than the schema's are allowed: its class leaves
 // out the first letters of the schema's names, and its exits are every token that leaves
 // that class (18,000 on llama-bpe). An object under allOf and anyOf is parsed along two

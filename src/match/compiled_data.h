@@ -394,6 +394,7 @@ struct WalkCounters {
   std::atomic<uint64_t> depth_bounds{0};  // runs whose depth was followed only as far as asked
   std::atomic<uint64_t> capped_walks{0};  // walks stopped past the deep threshold (no mask)
   std::atomic<uint64_t> live_holes{0};    // live automata whose class leaves out high ranges
+  std::atomic<uint64_t> same_masks{0};    // masks found equal to one computed before
 };
 inline WalkCounters test_walk_counters;
 // Tests only: every run depth a walk asks for is checked against its chain followed to the

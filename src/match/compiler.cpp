@@ -3512,6 +3512,7 @@ class ContextClassifier {
       const ContextMask& o = *it->second;
       if (o.accepted_bits == cm->accepted_bits && o.accepted_ids == cm->accepted_ids &&
           o.uncertain_ids == cm->uncertain_ids) {
+        detail::test_walk_counters.same_masks.fetch_add(1, std::memory_order_relaxed);
         *fresh = false;
         return it->second;
       }
