@@ -370,6 +370,26 @@ CompileOptions cold_masks(double eager_ms) {
   return options;
 }
 
+// Each (grammar, text) case walked along its text and at random (three walks of `steps`),
+// masks on first use and at compile time, all cold; returns the text steps compared and
+// adds the text's tokens to *text_tokens.
+size_t walk_cases(const VocabFixture& fx,
+                  const std::vector<std::pair<std::string, std::string>>& cases, size_t steps,
+                  uint64_t seed, WalkStats& stats, size_t* text_tokens) {
+  size_t text_steps = 0;
+  for (const auto& [gbnf, text] : cases) {
+    SCOPED_TRACE(gbnf);
+    const std::vector<Token> toks = greedy_tokens(*fx.index, text);
+    for (const CompileOptions& options : {cold_masks(0), cold_masks(-1)}) {
+      text_steps += text_walk(fx, gbnf, toks, options);
+      *text_tokens += toks.size();
+      auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
+      for (int k = 0; k < 3; ++k) walk(fx, gbnf, steps, seed++, stats, cg);
+    }
+  }
+  return text_steps;
+}
+
 // Walks a real document of each grammar (bench/data) token by token, comparing masks at
 // every step: deep, realistic states that random walks rarely reach.
 TEST_P(Oracle, SampleTextWalksMasksEqual) {
@@ -943,22 +963,11 @@ s ::= [a-zA-Z0-9\-. ,\t\u00a0\u2000-\u200a\u3000])g",
 c ::= [^\x00-\x1F"\\])g",
        R"("report.txt")"},
       {R"g(root ::= "\"" (d+ "/")? d+ ":" d+ "\"")g" + dot, R"("docker.io/library/python:3")"}};
-  const CompileOptions lazy = cold_masks(0), eager = cold_masks(-1);
   const uint64_t holes0 = detail::test_walk_counters.live_holes.load();
   const uint64_t walks0 = detail::test_walk_counters.live_walks.load();
   WalkStats stats;
-  size_t text_steps = 0, text_tokens = 0;
-  uint64_t seed = 4242;
-  for (const auto& [gbnf, text] : cases) {
-    SCOPED_TRACE(gbnf);
-    const std::vector<Token> toks = greedy_tokens(*fx.index, text);
-    for (const CompileOptions& options : {lazy, eager}) {
-      text_steps += text_walk(fx, gbnf, toks, options);
-      text_tokens += toks.size();
-      auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
-      for (int k = 0; k < 3; ++k) walk(fx, gbnf, 10, seed++, stats, cg);
-    }
-  }
+  size_t text_tokens = 0;
+  const size_t text_steps = walk_cases(fx, cases, 10, 4242, stats, &text_tokens);
   const uint64_t holes = detail::test_walk_counters.live_holes.load() - holes0;
   const uint64_t walks = detail::test_walk_counters.live_walks.load() - walks0;
   std::printf(
@@ -989,21 +998,10 @@ c ::= [^\x00-\x1F"\\] | "\\" ["/\\bfnrt])g",
            R"({"type":"object","properties":{"code":{"type":"string","maxLength":30},)"
            R"("oid":{"type":"string","minLength":12,"maxLength":12,"pattern":"[0-9a-fA-F]+"}}})"),
        R"({"code": "someAuthorizationCode", "oid": "0123456789ab"})"}};
-  const CompileOptions lazy = cold_masks(0), eager = cold_masks(-1);
   const uint64_t same0 = detail::test_walk_counters.same_masks.load();
   WalkStats stats;
-  size_t text_steps = 0, text_tokens = 0;
-  uint64_t seed = 777;
-  for (const auto& [gbnf, text] : cases) {
-    SCOPED_TRACE(gbnf);
-    const std::vector<Token> toks = greedy_tokens(*fx.index, text);
-    for (const CompileOptions& options : {lazy, eager}) {
-      text_steps += text_walk(fx, gbnf, toks, options);
-      text_tokens += toks.size();
-      auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
-      for (int k = 0; k < 3; ++k) walk(fx, gbnf, 12, seed++, stats, cg);
-    }
-  }
+  size_t text_tokens = 0;
+  const size_t text_steps = walk_cases(fx, cases, 12, 777, stats, &text_tokens);
   const uint64_t same = detail::test_walk_counters.same_masks.load() - same0;
   std::printf("[oracle] %s masks equal to an earlier one %llu: %zu + %zu steps compared\n",
               GetParam().c_str(), static_cast<unsigned long long>(same), text_steps, stats.steps);
