@@ -3494,6 +3494,7 @@ class ContextClassifier {
     return cm;
   }
 
+ private:
   // A mask equal to one computed before (the positions of `[a-z]{162}`, a family's levels
   // past what a token spans, the same string in two places) is that one: the memory is
   // held once, and a matcher whose stacks share it sets its accepted tokens once a step
@@ -3521,9 +3522,7 @@ class ContextClassifier {
     masks_by_hash_.emplace(h, out);
     return out;
   }
-  std::unordered_multimap<uint64_t, std::shared_ptr<const ContextMask>> masks_by_hash_{};
 
- private:
   // Walks run on full (uncut) stacks: a copy of the chain with the empty stack below it, so
   // that popping below the chain is the only way to leave it; `after` is the set of stacks
   // parsing goes on with then (see after_end).
@@ -3800,6 +3799,8 @@ class ContextClassifier {
   MasksByPositions prefixes_;  // by the classes of the prefix's positions
   MasksByPositions chains_;    // by the classes of a chain's positions and its `after`
   MasksByPositions stacks_;    // whole stacks (deep masks) by the classes of their positions
+  // Every mask same_mask has seen, by a hash of its content.
+  std::unordered_multimap<uint64_t, std::shared_ptr<const ContextMask>> masks_by_hash_{};
 
   // Structural classes of grammar positions: two positions are in one class when the rest
   // of their alternatives match element by element, with equal character sets, equal
