@@ -99,7 +99,8 @@ int walk(const std::shared_ptr<const lacuna::CompiledGrammar>& compiled, const l
     return m.is_completed() ? 1 : 0;
   }
   std::vector<lacuna::Token> toks = lacuna::tokenize(*vocab, text, false, false);
-  for (lacuna::Token t : toks) {
+  for (size_t at = 0; at < toks.size(); ++at) {
+    const lacuna::Token t = toks[at];
     if (deadline.passed()) return -2;
     auto t0 = Clock::now();
     double c0 = cpu_clock ? thread_cpu_us() : 0;
@@ -112,10 +113,7 @@ int walk(const std::shared_ptr<const lacuna::CompiledGrammar>& compiled, const l
       // The text walked so far and the token whose mask was slow (to find the grammar
       // context that costs the matcher).
       std::string done;
-      for (lacuna::Token u : toks) {
-        if (u == t) break;
-        done += lacuna::token_to_piece(*vocab, u);
-      }
+      for (size_t i = 0; i < at; ++i) done += lacuna::token_to_piece(*vocab, toks[i]);
       std::fprintf(stderr, "slow mask %.0f us in %s before %s|%s\n", ws.mask_us.back(),
                    file.c_str(),
                    done.size() > 160 ? done.substr(done.size() - 160).c_str() : done.c_str(),
