@@ -76,6 +76,11 @@ class TokenIndex {
 
   // Code points of token t decoded from a code-point boundary, and what is left partial.
   const uint32_t* code_points(Token t, size_t* n) const;
+  // A hint for a loop over tokens whose ids lie at random (trie order): where token t's
+  // code points are is read soon.
+  void prefetch_code_points(Token t) const {
+    __builtin_prefetch(cp_spans_.data() + static_cast<size_t>(t));
+  }
   PartialUtf8 partial(Token t) const { return partials_[static_cast<size_t>(t)]; }
 
   // The token whose piece is exactly `text` (control/special tokens first), if any.
@@ -138,8 +143,13 @@ class TokenIndex {
   std::vector<Kind> kinds_;
   std::vector<uint8_t> control_;
   std::vector<Token> eog_;
+  // Every token's code points, laid out in trie order (the tokens outside the trie after
+  // them): the walks read them along the trie's tokens, whose ids lie at random.
   std::vector<uint32_t> cps_;
-  std::vector<uint32_t> cp_off_;  // n_vocab + 1
+  struct CpSpan {
+    uint32_t off, n;
+  };
+  std::vector<CpSpan> cp_spans_;  // by token id
   std::vector<PartialUtf8> partials_;
   std::vector<TrieNode> trie_;
   std::vector<TrieToken> trie_tokens_;

@@ -2393,6 +2393,7 @@ struct Classifier {
 
   // Sorts the tokens `ids` (in trie order) from the stack `chain` like a walk would, along
   // each token's own code points, reusing the frames of the previous token's prefix.
+  static constexpr size_t kReadAhead = 8;  // tokens
   void classify_list(uint32_t chain, const std::vector<Token>& ids) {
     accepted.clear();
     uncertain.clear();
@@ -2402,8 +2403,10 @@ struct Classifier {
     path.push_back(make_frame(states.intern(m), 0, 0, false, false, false));
     const uint32_t* prev = nullptr;
     size_t prev_n = 0;
-    for (Token t : ids) {
+    for (size_t i = 0; i < ids.size(); ++i) {
       tick();
+      const Token t = ids[i];
+      if (i + kReadAhead < ids.size()) tokens.prefetch_code_points(ids[i + kReadAhead]);
       size_t n;
       const uint32_t* cps = tokens.code_points(t, &n);
       size_t l = 0;

@@ -63,8 +63,9 @@ std::string_view TokenIndex::token_bytes(Token t) const {
 }
 
 const uint32_t* TokenIndex::code_points(Token t, size_t* n) const {
-  *n = cp_off_[t + 1] - cp_off_[t];
-  return cps_.data() + cp_off_[t];
+  const CpSpan sp = cp_spans_[static_cast<size_t>(t)];
+  *n = sp.n;
+  return cps_.data() + sp.off;
 }
 
 std::optional<Token> TokenIndex::find_piece(std::string_view text) const {
@@ -79,14 +80,14 @@ std::optional<Token> TokenIndex::find_piece(std::string_view text) const {
 
 size_t TokenIndex::memory_bytes() const {
   return sizeof(*this) + bytes_.capacity() + byte_off_.capacity() * 4 + kinds_.capacity() +
-         control_.capacity() + eog_.capacity() * 4 + cps_.capacity() * 4 + cp_off_.capacity() * 4 +
-         partials_.capacity() * sizeof(PartialUtf8) + trie_.capacity() * sizeof(TrieNode) +
-         trie_tokens_.capacity() * sizeof(TrieToken) + root_children_.capacity() * 4 +
-         root_rest_.capacity() * 4 + subtree_chars_.capacity() * sizeof(SubtreeChars) +
-         node_depth_.capacity() * 2 + cp_groups_.capacity() * sizeof(NodeWithParent) +
-         cp_group_offsets_.capacity() * 4 + continuation_.capacity() * 4 +
-         (child_offsets_.capacity() + child_nodes_.capacity()) * 4 + control_list_.capacity() * 4 +
-         partial_trie_tokens_.capacity() * 4;
+         control_.capacity() + eog_.capacity() * 4 + cps_.capacity() * 4 +
+         cp_spans_.capacity() * sizeof(CpSpan) + partials_.capacity() * sizeof(PartialUtf8) +
+         trie_.capacity() * sizeof(TrieNode) + trie_tokens_.capacity() * sizeof(TrieToken) +
+         root_children_.capacity() * 4 + root_rest_.capacity() * 4 +
+         subtree_chars_.capacity() * sizeof(SubtreeChars) + node_depth_.capacity() * 2 +
+         cp_groups_.capacity() * sizeof(NodeWithParent) + cp_group_offsets_.capacity() * 4 +
+         continuation_.capacity() * 4 + (child_offsets_.capacity() + child_nodes_.capacity()) * 4 +
+         control_list_.capacity() * 4 + partial_trie_tokens_.capacity() * 4;
 }
 
 std::shared_ptr<const TokenIndex> TokenIndex::build(const llama_vocab* vocab) {
@@ -153,7 +154,7 @@ void TokenIndex::finish() {
   const size_t n = byte_off_.size() - 1;
   kinds_.assign(n, Kind::kText);
   for (Token t : eog_) kinds_[static_cast<size_t>(t)] = Kind::kEog;
-  cp_off_.assign(1, 0);
+  std::vector<uint32_t> cp_off(1, 0);  // n + 1, in id order until the trie is built
   partials_.assign(n, {});
   for (size_t t = 0; t < n; ++t) {
     std::string_view piece = token_bytes(static_cast<Token>(t));
@@ -168,7 +169,7 @@ void TokenIndex::finish() {
         if ((b & 0xC0) == 0x80) continuation_.push_back(static_cast<Token>(t));
       }
     }
-    cp_off_.push_back(static_cast<uint32_t>(cps_.size()));
+    cp_off.push_back(static_cast<uint32_t>(cps_.size()));
   }
   // Trie over kText tokens, sorted by (code points, partial).
   std::vector<Token> order;
@@ -176,8 +177,8 @@ void TokenIndex::finish() {
     if (kinds_[t] == Kind::kText) order.push_back(static_cast<Token>(t));
   }
   auto cp_span = [&](Token t) {
-    return std::pair<const uint32_t*, const uint32_t*>(cps_.data() + cp_off_[t],
-                                                       cps_.data() + cp_off_[t + 1]);
+    return std::pair<const uint32_t*, const uint32_t*>(cps_.data() + cp_off[t],
+                                                       cps_.data() + cp_off[t + 1]);
   };
   std::sort(order.begin(), order.end(), [&](Token a, Token b) {
     auto [a0, a1] = cp_span(a);
@@ -218,6 +219,23 @@ void TokenIndex::finish() {
   while (!path.empty()) {
     trie_[path.back()].end = static_cast<uint32_t>(trie_.size());
     path.pop_back();
+  }
+  {
+    // The code points again, in trie order (then the tokens outside the trie by id).
+    std::vector<uint32_t> laid;
+    laid.reserve(cps_.size());
+    cp_spans_.assign(n, CpSpan{0, 0});
+    auto lay = [&](Token t) {
+      auto [c0, c1] = cp_span(t);
+      cp_spans_[static_cast<size_t>(t)] = {static_cast<uint32_t>(laid.size()),
+                                           static_cast<uint32_t>(c1 - c0)};
+      laid.insert(laid.end(), c0, c1);
+    };
+    for (const TrieToken& tt : trie_tokens_) lay(tt.id);
+    for (size_t t = 0; t < n; ++t) {
+      if (kinds_[t] != Kind::kText) lay(static_cast<Token>(t));
+    }
+    cps_ = std::move(laid);
   }
   partial_trie_tokens_.clear();
   for (size_t k = 0; k < trie_tokens_.size(); ++k) {
