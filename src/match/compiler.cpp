@@ -3924,7 +3924,10 @@ class ContextClassifier {
           next_local[mb[i]] = local_ids.intern(sig);
         }
         for (uint32_t i = 0; i < n; ++i) local[mb[i]] = next_local[mb[i]];
-        stable = local_ids.size() == n_local;  // no class split
+        // No class split, or each rule in a class of its own (nothing left to split: a
+        // schema's object state machines, components of a few rules with hundreds of
+        // elements each, were signed a second round for nothing).
+        stable = local_ids.size() == n_local || local_ids.size() == n;
         n_local = local_ids.size();
       }
       // Not stable within the bound: every rule its own class (exact, shares less).
