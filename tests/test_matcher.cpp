@@ -256,6 +256,24 @@ TEST(TokenIndexSynthetic, DecodesLikeLlamaCpp) {
   ASSERT_EQ(n, 1u);
   EXPECT_EQ(cps[0], 0xE9u);
   EXPECT_EQ(idx->token_bytes(4), "abc");
+  // Every token's code points are its bytes decoded; those of the trie's tokens lie one
+  // after another in trie order (the walks read them along the trie).
+  for (size_t t = 0; t < idx->n_vocab(); ++t) {
+    const auto kind = idx->kind(static_cast<Token>(t));
+    std::vector<uint32_t> want;
+    if (kind == TokenIndex::Kind::kText || kind == TokenIndex::Kind::kInvalid)
+      decode_utf8_like_llama(idx->token_bytes(static_cast<Token>(t)), {}, want);
+    size_t nt;
+    const uint32_t* got = idx->code_points(static_cast<Token>(t), &nt);
+    EXPECT_EQ(std::vector<uint32_t>(got, got + nt), want) << "token " << t;
+  }
+  const auto& tt = idx->trie_tokens();
+  for (size_t k = 0; k + 1 < tt.size(); ++k) {
+    size_t n0, n1;
+    const uint32_t* c0 = idx->code_points(tt[k].id, &n0);
+    const uint32_t* c1 = idx->code_points(tt[k + 1].id, &n1);
+    EXPECT_EQ(c0 + n0, c1) << "trie tokens " << k << " and " << k + 1;
+  }
   EXPECT_EQ(idx->find_piece("<|tool|>"), std::optional<Token>(18));
   EXPECT_FALSE(idx->find_piece("zzz").has_value());
   EXPECT_THROW(idx->token_bytes(99), std::out_of_range);
