@@ -2391,9 +2391,11 @@ struct Classifier {
     return make_frame(v >> 1, fv >> 1, parent.depth + 1, v & 1u, fv & 1u, pending);
   }
 
+  // How far classify_list reads ahead for where a token's code points lie (trie order:
+  // the ids, and so those places, lie at random).
+  static constexpr size_t kReadAhead = 8;  // tokens
   // Sorts the tokens `ids` (in trie order) from the stack `chain` like a walk would, along
   // each token's own code points, reusing the frames of the previous token's prefix.
-  static constexpr size_t kReadAhead = 8;  // tokens
   void classify_list(uint32_t chain, const std::vector<Token>& ids) {
     accepted.clear();
     uncertain.clear();
