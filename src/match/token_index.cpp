@@ -154,7 +154,9 @@ void TokenIndex::finish() {
   const size_t n = byte_off_.size() - 1;
   kinds_.assign(n, Kind::kText);
   for (Token t : eog_) kinds_[static_cast<size_t>(t)] = Kind::kEog;
-  std::vector<uint32_t> cp_off(1, 0);  // n + 1, in id order until the trie is built
+  // The code points decoded in id order (by_id[cp_off[t], cp_off[t + 1])), until the trie's
+  // order is known and cps_ lays them out in it.
+  std::vector<uint32_t> by_id, cp_off(1, 0);
   partials_.assign(n, {});
   for (size_t t = 0; t < n; ++t) {
     std::string_view piece = token_bytes(static_cast<Token>(t));
@@ -162,14 +164,14 @@ void TokenIndex::finish() {
       if (piece.empty() || piece[0] == '\0') {
         kinds_[t] = Kind::kNever;
       } else {
-        PartialUtf8 p = decode_utf8_like_llama(piece, {}, cps_);
+        PartialUtf8 p = decode_utf8_like_llama(piece, {}, by_id);
         partials_[t] = p;
         if (p.n_remain < 0) kinds_[t] = Kind::kInvalid;
         auto b = static_cast<uint8_t>(piece[0]);
         if ((b & 0xC0) == 0x80) continuation_.push_back(static_cast<Token>(t));
       }
     }
-    cp_off.push_back(static_cast<uint32_t>(cps_.size()));
+    cp_off.push_back(static_cast<uint32_t>(by_id.size()));
   }
   // Trie over kText tokens, sorted by (code points, partial).
   std::vector<Token> order;
@@ -177,8 +179,8 @@ void TokenIndex::finish() {
     if (kinds_[t] == Kind::kText) order.push_back(static_cast<Token>(t));
   }
   auto cp_span = [&](Token t) {
-    return std::pair<const uint32_t*, const uint32_t*>(cps_.data() + cp_off[t],
-                                                       cps_.data() + cp_off[t + 1]);
+    return std::pair<const uint32_t*, const uint32_t*>(by_id.data() + cp_off[t],
+                                                       by_id.data() + cp_off[t + 1]);
   };
   std::sort(order.begin(), order.end(), [&](Token a, Token b) {
     auto [a0, a1] = cp_span(a);
@@ -222,20 +224,19 @@ void TokenIndex::finish() {
   }
   {
     // The code points again, in trie order (then the tokens outside the trie by id).
-    std::vector<uint32_t> laid;
-    laid.reserve(cps_.size());
+    cps_.clear();
+    cps_.reserve(by_id.size());
     cp_spans_.assign(n, CpSpan{0, 0});
     auto lay = [&](Token t) {
       auto [c0, c1] = cp_span(t);
-      cp_spans_[static_cast<size_t>(t)] = {static_cast<uint32_t>(laid.size()),
+      cp_spans_[static_cast<size_t>(t)] = {static_cast<uint32_t>(cps_.size()),
                                            static_cast<uint32_t>(c1 - c0)};
-      laid.insert(laid.end(), c0, c1);
+      cps_.insert(cps_.end(), c0, c1);
     };
     for (const TrieToken& tt : trie_tokens_) lay(tt.id);
     for (size_t t = 0; t < n; ++t) {
       if (kinds_[t] != Kind::kText) lay(static_cast<Token>(t));
     }
-    cps_ = std::move(laid);
   }
   partial_trie_tokens_.clear();
   for (size_t k = 0; k < trie_tokens_.size(); ++k) {
