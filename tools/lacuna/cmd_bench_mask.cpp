@@ -130,8 +130,10 @@ struct Walk {
 // --trace-slow-us: each mask slower than this on the thread CPU clock goes to stderr.
 double trace_slow_us = 0;
 
+// `label` names the walk in that trace (a directory's grammars are walked twice).
 Walk walk_text(const std::shared_ptr<const lacuna::CompiledGrammar>& cg,
-               const lacuna::TokenIndex& index, const std::vector<llama_token>& toks, bool keep) {
+               const lacuna::TokenIndex& index, const std::vector<llama_token>& toks, bool keep,
+               const std::string& label = "") {
   Walk w;
   lacuna::GrammarMatcher m(cg);
   std::vector<uint32_t> words(lacuna::bitmask_words(index.n_vocab()));
@@ -144,8 +146,8 @@ Walk walk_text(const std::shared_ptr<const lacuna::CompiledGrammar>& cg,
     if (trace_slow_us > 0 && w.mask_cpu_us.back() > trace_slow_us) {
       std::string before;
       for (size_t k = i > 12 ? i - 12 : 0; k < i; ++k) before += index.token_bytes(toks[k]);
-      std::fprintf(stderr, "slow mask %.0f us (cpu) at token %zu after '%s'\n",
-                   w.mask_cpu_us.back(), i, before.c_str());
+      std::fprintf(stderr, "slow mask %.0f us (cpu)%s at token %zu after '%s'\n",
+                   w.mask_cpu_us.back(), label.c_str(), i, before.c_str());
     }
     if (keep) {
       w.masks.push_back(words);
@@ -260,11 +262,11 @@ int run_grammar_dir(const std::string& dir, const llama_vocab* vocab,
       auto cg = lacuna::CompiledGrammar::compile(g, index, options);
       const double compile_us = thread_cpu_us() - c0;
       const size_t computed = cg->n_contexts_computed();
-      Walk w = walk_text(cg, *index, toks, baseline);
+      Walk w = walk_text(cg, *index, toks, baseline, " [" + name + "]");
       const double lc0 = thread_cpu_us();
       auto lazy_cg = lacuna::CompiledGrammar::compile(g, index, lazy);
       const double lazy_compile_us = thread_cpu_us() - lc0;
-      Walk lw = walk_text(lazy_cg, *index, toks, baseline);
+      Walk lw = walk_text(lazy_cg, *index, toks, baseline, " [" + name + ", all lazy]");
       const double eager_us = compile_cpu_us(g, index, eager);
       row["tokens"] = toks.size();
       row["contexts"] = cg->n_contexts();
