@@ -1248,20 +1248,37 @@ x ::= [^"\\\x00-\x1F])g"};
 // the stack's positions). Texts that reach one same top position above different stacks
 // (a word inside "(" or "[", at several depths), each walked by a new matcher of one
 // compiled grammar, one after the other and twice: every mask must still be llama.cpp's.
+// A check that read only a stack's top frames is kept under those alone (the next level of
+// a recursion finds it): the deep texts put the same top frames above different brackets
+// further down, which tokens of several closing brackets (")))", "))]") reach, so a check
+// kept under fewer frames than it read gives a wrong mask here.
 TEST_P(Oracle, MatchersShareCheckedStacks) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
-  const std::string gbnf = R"g(root ::= item ("," ws item)*
+  const std::string brackets = R"g(root ::= item ("," ws item)*
 item ::= "(" ws v ws ")" | "[" ws v ws "]" | "{" ws v ws "}"
 v ::= [a-z]+ | item
 ws ::= [ ]?)g";
-  const std::vector<std::string> texts = {"(abc)",   "[abc]",   "([abc])",    "[(abc)]",
-                                          "((the))", "[[the]]", "({in}),[x]", "[{in}],(x)"};
+  // A step that pops to one of the stack's own frames and dies on its position has still
+  // read it: after "xab", ")" returns to the frame of "Q" (no token goes on with it) and after
+  // "yab" to that of ";" (");" does). Kept under the top frame alone, "yab"'s check would
+  // find "xab"'s, which refused ");".
+  const std::string returns = R"g(root ::= "x" v "Q" | "y" v ";"
+v ::= [a-z]+ ")")g";
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {brackets,
+       {"(abc)", "[abc]", "([abc])", "[(abc)]", "((the))", "[[the]]", "({in}),[x]", "[{in}],(x)",
+        "((((((ab))))))", "[(((((ab)))))]", "(([((((ab))))]))", "{((((ab))))}",
+        "(((((((((ab)))))))))", "[[(((((((ab)))))))]]"}},
+      {returns, {"xab)Q", "yab);", "xabc)Q", "yabc);"}}};
   size_t steps = 0;
-  {
+  const uint64_t top0 = detail::test_walk_counters.top_frame_checks.load();
+  for (size_t k = 0; k < cases.size() * 2; ++k) {
+    const auto& [gbnf, texts] = cases[k / 2];
+    const bool inline_rules = k % 2 == 1;
     CompileOptions options;
     options.eager_ms = 0;
-    options.inline_rules = false;
+    options.inline_rules = inline_rules;
     auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
     for (int round = 0; round < 2; ++round) {
       for (const std::string& text : texts) {
@@ -1275,7 +1292,9 @@ ws ::= [ ]?)g";
           m.fill_next_token_bitmask(ours.data());
           std::vector<uint32_t> theirs = llama_mask(smpl, fx.index->n_vocab());
           exclude_eog_in_partial(m, *fx.index, ours, theirs);
-          const std::string where = "round " + std::to_string(round) + " step " + std::to_string(i);
+          const std::string where = "grammar " + std::to_string(k / 2) +
+                                    (inline_rules ? " inlined" : " per rule") + " round " +
+                                    std::to_string(round) + " step " + std::to_string(i);
           if (masks_differ(fx, ours, theirs, where) || i == toks.size()) break;
           ++steps;
           ASSERT_TRUE(m.accept_token(toks[i])) << "step " << i;
@@ -1285,8 +1304,11 @@ ws ::= [ ]?)g";
       }
     }
   }
-  std::printf("[oracle] %s shared stack checks: %zu steps compared\n", GetParam().c_str(), steps);
-  EXPECT_GT(steps, texts.size() * 4);
+  const uint64_t top = detail::test_walk_counters.top_frame_checks.load() - top0;
+  std::printf("[oracle] %s shared stack checks: %zu steps compared, %llu found under top frames\n",
+              GetParam().c_str(), steps, static_cast<unsigned long long>(top));
+  EXPECT_GT(steps, cases[0].second.size() * 8);
+  EXPECT_GT(top, cases[0].second.size());
 }
 
 // The stress set of bench/data/grammars (broad negated classes under bounded and unbounded

@@ -391,10 +391,11 @@ struct WalkCounters {
   std::atomic<uint64_t> leave_walks{0}, no_mask{0}, state_resets{0};
   std::atomic<uint64_t> live_walks{0}, live_regions{0};  // live_walk, live_region taken
   std::atomic<uint64_t> exit_states_reused{0};  // live walks that found their exits' states known
-  std::atomic<uint64_t> depth_bounds{0};  // runs whose depth was followed only as far as asked
-  std::atomic<uint64_t> capped_walks{0};  // walks stopped past the deep threshold (no mask)
-  std::atomic<uint64_t> live_holes{0};    // live automata whose class leaves out high ranges
-  std::atomic<uint64_t> same_masks{0};    // masks found equal to one computed before
+  std::atomic<uint64_t> depth_bounds{0};      // runs whose depth was followed only as far as asked
+  std::atomic<uint64_t> capped_walks{0};      // walks stopped past the deep threshold (no mask)
+  std::atomic<uint64_t> live_holes{0};        // live automata whose class leaves out high ranges
+  std::atomic<uint64_t> same_masks{0};        // masks found equal to one computed before
+  std::atomic<uint64_t> top_frame_checks{0};  // stack checks found under their top frames
 };
 inline WalkCounters test_walk_counters;
 // Tests only: every run depth a walk asks for is checked against its chain followed to the
@@ -437,8 +438,15 @@ struct CompiledData {
   // The run-time check of a whole stack's uncertain tokens (its positions from the top down;
   // no partial UTF-8 sequence pending), shared by every matcher of this grammar: appends the
   // tokens it accepts to `out` and returns true when some matcher has checked that stack.
-  bool find_checked(const std::vector<uint32_t>& positions, std::vector<Token>& out) const;
-  void add_checked(const std::vector<uint32_t>& positions, const Token* accepted, size_t n) const;
+  // A check that read only the top `frames` frames (its tokens never went deeper) holds for
+  // every stack of context `ctx` with those top positions: it is kept under them alone, so
+  // the same context deeper in a recursion (the next level of a nested list, whose stacks
+  // differ only below what any token reaches) finds it. `frames` past the positions' count
+  // means the whole stack was read (a token ended it).
+  bool find_checked(const std::vector<uint32_t>& positions, uint32_t ctx,
+                    std::vector<Token>& out) const;
+  void add_checked(const std::vector<uint32_t>& positions, uint32_t ctx, size_t frames,
+                   const Token* accepted, size_t n) const;
   static constexpr size_t kMaxCheckedTokens = size_t{1} << 22;
   // Contexts with more uncertain tokens than this use deep masks at run time.
   size_t deep_threshold() const {
@@ -475,6 +483,9 @@ struct CompiledData {
   };
   mutable std::unordered_multimap<uint64_t, Checked> checked;  // guarded by checked_mu
   mutable size_t checked_tokens = 0;                           // guarded by checked_mu
+  // Per context, the numbers of top frames its shared checks were kept under (a few).
+  mutable std::unordered_map<uint32_t, std::vector<uint32_t>> checked_frames;  // checked_mu
+  static constexpr size_t kMaxCheckedFrames = 8;
   mutable std::atomic<size_t> n_computed_{0};
   mutable std::atomic<size_t> masks_bytes_{0};
 };

@@ -4092,32 +4092,65 @@ const ContextMask* CompiledData::publish(uint32_t ctx, std::shared_ptr<const Con
   return m;
 }
 
-bool CompiledData::find_checked(const std::vector<uint32_t>& positions,
+namespace {
+// A check kept under a stack's top frames (CompiledData::find_checked) is keyed by their
+// positions and this marker, which no position is: it never equals a whole stack's key.
+constexpr uint32_t kTopFramesMarker = 0xFFFFFFFFu;
+}  // namespace
+
+bool CompiledData::find_checked(const std::vector<uint32_t>& positions, uint32_t ctx,
                                 std::vector<Token>& out) const {
-  const uint64_t h = hash_ids(positions.data(), positions.size());
+  auto find = [&](const std::vector<uint32_t>& key) {
+    auto range = checked.equal_range(hash_ids(key.data(), key.size()));
+    for (auto it = range.first; it != range.second; ++it) {
+      if (it->second.positions == key) {
+        out.insert(out.end(), it->second.accepted.begin(), it->second.accepted.end());
+        return true;
+      }
+    }
+    return false;
+  };
   std::lock_guard<std::mutex> lock(checked_mu);
-  auto range = checked.equal_range(h);
-  for (auto it = range.first; it != range.second; ++it) {
-    if (it->second.positions == positions) {
-      out.insert(out.end(), it->second.accepted.begin(), it->second.accepted.end());
+  if (find(positions)) return true;
+  auto fit = checked_frames.find(ctx);
+  if (fit == checked_frames.end()) return false;
+  std::vector<uint32_t> key;
+  for (uint32_t frames : fit->second) {
+    if (frames > positions.size()) continue;
+    key.assign(positions.begin(), positions.begin() + frames);
+    key.push_back(kTopFramesMarker);
+    if (find(key)) {
+      test_walk_counters.top_frame_checks.fetch_add(1, std::memory_order_relaxed);
       return true;
     }
   }
   return false;
 }
 
-void CompiledData::add_checked(const std::vector<uint32_t>& positions, const Token* accepted,
-                               size_t n) const {
-  const uint64_t h = hash_ids(positions.data(), positions.size());
+void CompiledData::add_checked(const std::vector<uint32_t>& positions, uint32_t ctx, size_t frames,
+                               const Token* accepted, size_t n) const {
   std::lock_guard<std::mutex> lock(checked_mu);
+  std::vector<uint32_t> key = positions;
+  if (frames <= positions.size()) {
+    std::vector<uint32_t>& known = checked_frames[ctx];
+    const auto f = static_cast<uint32_t>(frames);
+    const bool listed = std::find(known.begin(), known.end(), f) != known.end();
+    // Past a few shapes per context the check is kept under the whole stack.
+    if (listed || known.size() < kMaxCheckedFrames) {
+      if (!listed) known.push_back(f);
+      key.resize(frames);
+      key.push_back(kTopFramesMarker);
+    }
+  }
   // Full: later stacks are checked by each matcher on its own (as before sharing).
-  if (checked_tokens + n + positions.size() > kMaxCheckedTokens) return;
+  if (checked_tokens + n + key.size() > kMaxCheckedTokens) return;
+  const uint64_t h = hash_ids(key.data(), key.size());
   auto range = checked.equal_range(h);
   for (auto it = range.first; it != range.second; ++it) {
-    if (it->second.positions == positions) return;  // another matcher was first
+    if (it->second.positions == key) return;  // another matcher was first
   }
-  checked_tokens += n + positions.size();
-  checked.emplace(h, Checked{positions, std::vector<Token>(accepted, accepted + n)});
+  checked_tokens += n + key.size();
+  checked.emplace(h, Checked{std::move(key), std::vector<Token>(accepted, accepted + n)});
 }
 
 void warm_shared_tables(const std::shared_ptr<const TokenIndex>& tokens) {

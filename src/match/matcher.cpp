@@ -364,9 +364,11 @@ class MatcherState {
       // Other matchers of this grammar (the next request with the same schema) meet the same
       // stacks: the answer is shared by the stack's positions.
       const std::vector<uint32_t>& key = positions_of(s);
-      if (!d_->find_checked(key, memo_tokens_)) {
+      if (!d_->find_checked(key, pool_.ctx(s), memo_tokens_)) {
+        frames_read_ = SIZE_MAX;
         check(memo_tokens_);
-        d_->add_checked(key, memo_tokens_.data() + off, memo_tokens_.size() - off);
+        d_->add_checked(key, pool_.ctx(s), frames_read_, memo_tokens_.data() + off,
+                        memo_tokens_.size() - off);
       }
       it = memo_.emplace(s, MemoRange{off, static_cast<uint32_t>(memo_tokens_.size() - off)}).first;
     }
@@ -419,6 +421,7 @@ class MatcherState {
     fb_.push_back(s);
     depth_off_.push_back(0);
     depth_off_.push_back(1);
+    begin_frames_read(s);
     const uint32_t* built = nullptr;  // code points the frontiers were built for
     size_t built_depth = 0;           // frontiers exist for depths 0..built_depth
     for (uint32_t k = 0; k < count; ++k) {
@@ -433,7 +436,9 @@ class MatcherState {
       built_depth = l;
       bool dead = depth_off_[l + 1] == depth_off_[l];
       for (size_t dpt = l; dpt < n && !dead; ++dpt) {
+        const size_t before = fb_.size();
         step_code_point(fb_, depth_off_[dpt], depth_off_[dpt + 1], cps[dpt], fb_);
+        note_frames_read(before);
         depth_off_.push_back(static_cast<uint32_t>(fb_.size()));
         built_depth = dpt + 1;
         dead = depth_off_[dpt + 2] == depth_off_[dpt + 1];
@@ -445,6 +450,48 @@ class MatcherState {
       }
     }
   }
+
+  // How many of stack s's top frames a check read (frames_read_): every position the check
+  // reads is the top of a stack it reached (the positions a step pops through are below
+  // the stacks it makes), and such a stack t is new frames above one of s's own frames
+  // a_i (a_0 = s): then frames a_0 .. a_(i-1) were read, and a_i as well when t is a_i.
+  // The empty stack (a token that ends s) reads it whole: SIZE_MAX. The answer depends on
+  // those frames only, so find_checked keeps it under them (memo_into).
+  void begin_frames_read(uint32_t s) {
+    if (++chain_now_ == 0) {
+      std::fill(chain_stamp_.begin(), chain_stamp_.end(), ChainSlot{0, 0});
+      chain_now_ = 1;
+    }
+    uint32_t i = 0;
+    for (uint32_t c = s;; c = pool_.parent(c), ++i) {
+      chain_slot(c) = {chain_now_, i};
+      if (c == StackPool::kEmpty) break;
+    }
+    frames_read_ = s == StackPool::kEmpty ? SIZE_MAX : 1;
+  }
+  void note_frames_read(size_t from) {
+    for (size_t k = from; k < fb_.size() && frames_read_ != SIZE_MAX; ++k) {
+      const uint32_t t = fb_[k];
+      if (t == StackPool::kEmpty) {
+        frames_read_ = SIZE_MAX;
+        break;
+      }
+      uint32_t c = t;
+      while (chain_slot(c).stamp != chain_now_) c = pool_.parent(c);
+      const size_t read = chain_slot(c).index + (c == t ? 1 : 0);
+      frames_read_ = std::max(frames_read_, read);
+    }
+  }
+  struct ChainSlot {
+    uint32_t stamp, index;
+  };
+  ChainSlot& chain_slot(uint32_t n) {
+    if (n >= chain_stamp_.size()) chain_stamp_.resize(std::max<size_t>(n + 1, pool_.size()) * 2);
+    return chain_stamp_[n];
+  }
+  std::vector<ChainSlot> chain_stamp_;
+  uint32_t chain_now_ = 0;
+  size_t frames_read_ = SIZE_MAX;
 
   // A stack whose context has no mask and that has no whole-stack mask either (a limit was
   // hit): every text token is checked against the stack itself, in one preorder walk of the
