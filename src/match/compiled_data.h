@@ -384,6 +384,10 @@ inline std::atomic<uint64_t> test_eager_walk_nodes{0};
 // 256); when nonzero, the number of such tokens past which the context gets no mask
 // (otherwise a 32nd of the vocabulary).
 inline std::atomic<int64_t> test_max_after_stacks{-1};
+// Tests only: when nonzero, the most ASCII code points of a root cover's loop class outside
+// its first class (otherwise 64; see kMaxCoverClear in compiler.cpp): set low, a key's start
+// that leaves out many names' first letters takes a live walk instead of the cover.
+inline std::atomic<int> test_max_cover_clear{0};
 inline std::atomic<size_t> test_leave_cap{0};
 // Tests only: context walks in that mode, contexts left without a mask of their own, and
 // resets of the walk states (ContextClassifier::reset_states_if_full), counted.
