@@ -2169,7 +2169,8 @@ struct Classifier {
   // Where each run of stop_cands_ ends: the candidates come as a few runs, each in trie
   // order (the children outside the class, the exits, the cut nodes of each live code point).
   std::vector<size_t> stop_runs_{};
-  static constexpr size_t kMaxMergedStopRuns = 8;
+  static constexpr size_t kMaxMergedStopRuns = 8, kMinMergedStops = 64;
+  std::vector<uint32_t> stop_merged_{};
   void end_stop_run() {
     const size_t start = stop_runs_.empty() ? 0 : stop_runs_.back();
     if (stop_cands_.size() > start) stop_runs_.push_back(stop_cands_.size());
@@ -2178,17 +2179,25 @@ struct Classifier {
   // region_exits_.
   void keep_outer_stops() {
     const auto& trie = tokens.trie();
-    // The runs merged into one, each into the ones before it: a sort of the whole list was
-    // a tenth of a `[^\n]{1,40}` line's walk (1,600 candidates per context). Past a few runs
-    // (many live code points) a sort is cheaper.
+    // The runs merged into one, each into the ones before it (through a scratch list kept
+    // across calls): a sort of the whole list was a tenth of a `[^\n]{1,40}` line's walk
+    // (1,600 candidates per context). A short list, or one of many runs (many live code
+    // points), is sorted.
     end_stop_run();
-    if (stop_runs_.size() > kMaxMergedStopRuns) {
-      std::sort(stop_cands_.begin(), stop_cands_.end());
-    } else {
-      for (size_t r = 1; r < stop_runs_.size(); ++r) {
-        std::inplace_merge(stop_cands_.begin(),
-                           stop_cands_.begin() + static_cast<std::ptrdiff_t>(stop_runs_[r - 1]),
-                           stop_cands_.begin() + static_cast<std::ptrdiff_t>(stop_runs_[r]));
+    if (stop_runs_.size() > 1) {
+      if (stop_cands_.size() <= kMinMergedStops || stop_runs_.size() > kMaxMergedStopRuns) {
+        std::sort(stop_cands_.begin(), stop_cands_.end());
+      } else {
+        const auto at = [&](size_t k) {
+          return stop_cands_.begin() + static_cast<std::ptrdiff_t>(k);
+        };
+        stop_merged_.resize(stop_cands_.size());
+        for (size_t r = 1; r < stop_runs_.size(); ++r) {
+          std::merge(at(0), at(stop_runs_[r - 1]), at(stop_runs_[r - 1]), at(stop_runs_[r]),
+                     stop_merged_.begin());
+          std::copy(stop_merged_.begin(),
+                    stop_merged_.begin() + static_cast<std::ptrdiff_t>(stop_runs_[r]), at(0));
+        }
       }
     }
     uint32_t skip_end = 0;
