@@ -443,7 +443,8 @@ struct CompiledData {
   // no partial UTF-8 sequence pending), shared by every matcher of this grammar: appends the
   // tokens it accepts to `out` and returns true when some matcher has checked that stack.
   // A check that read only the top `frames` frames (its tokens never went deeper) holds for
-  // every stack of context `ctx` with those top positions: it is kept under them alone, so
+  // every stack of context `ctx` with those top positions: it is kept under them (and ctx,
+  // whose uncertain tokens are the ones checked) alone, so
   // the same context deeper in a recursion (the next level of a nested list, whose stacks
   // differ only below what any token reaches) finds it. `frames` past the positions' count
   // means the whole stack was read (a token ended it).

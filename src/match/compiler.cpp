@@ -4136,8 +4136,18 @@ const ContextMask* CompiledData::publish(uint32_t ctx, std::shared_ptr<const Con
 
 namespace {
 // A check kept under a stack's top frames (CompiledData::find_checked) is keyed by their
-// positions and this marker, which no position is: it never equals a whole stack's key.
+// positions, this marker, which no position is (it never equals a whole stack's key), and
+// the stack's context, whose uncertain tokens are the ones checked. (An uncertain token
+// leaves its context, so its check reads every frame of the context and one below: the
+// positions read already tell the context. The key says it all the same, rather than
+// leaning on that.)
 constexpr uint32_t kTopFramesMarker = 0xFFFFFFFFu;
+void top_frames_key(const std::vector<uint32_t>& positions, size_t frames, uint32_t ctx,
+                    std::vector<uint32_t>& key) {
+  key.assign(positions.begin(), positions.begin() + static_cast<std::ptrdiff_t>(frames));
+  key.push_back(kTopFramesMarker);
+  key.push_back(ctx);
+}
 }  // namespace
 
 bool CompiledData::find_checked(const std::vector<uint32_t>& positions, uint32_t ctx,
@@ -4159,8 +4169,7 @@ bool CompiledData::find_checked(const std::vector<uint32_t>& positions, uint32_t
   std::vector<uint32_t> key;
   for (uint32_t frames : fit->second) {
     if (frames > positions.size()) continue;
-    key.assign(positions.begin(), positions.begin() + frames);
-    key.push_back(kTopFramesMarker);
+    top_frames_key(positions, frames, ctx, key);
     if (find(key)) {
       test_walk_counters.top_frame_checks.fetch_add(1, std::memory_order_relaxed);
       return true;
@@ -4173,15 +4182,14 @@ void CompiledData::add_checked(const std::vector<uint32_t>& positions, uint32_t 
                                const Token* accepted, size_t n) const {
   std::lock_guard<std::mutex> lock(checked_mu);
   std::vector<uint32_t> key = positions;
-  if (frames <= positions.size()) {
+  if (frames <= positions.size() && ctx != StackPool::kUnknown) {
     std::vector<uint32_t>& known = checked_frames[ctx];
     const auto f = static_cast<uint32_t>(frames);
     const bool listed = std::find(known.begin(), known.end(), f) != known.end();
     // Past a few shapes per context the check is kept under the whole stack.
     if (listed || known.size() < kMaxCheckedFrames) {
       if (!listed) known.push_back(f);
-      key.resize(frames);
-      key.push_back(kTopFramesMarker);
+      top_frames_key(positions, frames, ctx, key);
     }
   }
   // Full: later stacks are checked by each matcher on its own (as before sharing).
