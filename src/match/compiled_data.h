@@ -487,7 +487,9 @@ struct CompiledData {
     std::vector<Token> accepted;
   };
   mutable std::unordered_multimap<uint64_t, Checked> checked;  // guarded by checked_mu
-  mutable size_t checked_tokens = 0;                           // guarded by checked_mu
+  // The entry of `checked` under key (hash h), or null. Caller holds checked_mu.
+  const Checked* checked_entry(const std::vector<uint32_t>& key, uint64_t h) const;
+  mutable size_t checked_tokens = 0;  // guarded by checked_mu
   // Per context, the numbers of top frames its shared checks were kept under (a few).
   mutable std::unordered_map<uint32_t, std::vector<uint32_t>> checked_frames;  // checked_mu
   static constexpr size_t kMaxCheckedFrames = 8;

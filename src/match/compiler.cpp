@@ -2126,8 +2126,7 @@ struct Classifier {
     const auto& trie = tokens.trie();
     const auto& depth_of = tokens.node_depth();
     const uint32_t lo = j + 1, hi = trie[j].end;
-    stop_cands_.clear();
-    stop_runs_.clear();
+    clear_stop_cands();
     if (!in_class(cls, trie[j].cp)) {
       const auto& off = tokens.child_offsets();
       const auto& kids = tokens.child_nodes();
@@ -2171,6 +2170,10 @@ struct Classifier {
   std::vector<size_t> stop_runs_{};
   static constexpr size_t kMaxMergedStopRuns = 8, kMinMergedStops = 64;
   std::vector<uint32_t> stop_merged_{};
+  void clear_stop_cands() {
+    stop_cands_.clear();
+    stop_runs_.clear();
+  }
   void end_stop_run() {
     const size_t start = stop_runs_.empty() ? 0 : stop_runs_.back();
     if (stop_cands_.size() > start) stop_runs_.push_back(stop_cands_.size());
@@ -3248,8 +3251,7 @@ struct Classifier {
       const auto it = std::upper_bound(kids.begin(), kids.end(), b);
       return it != kids.begin() && batched_kid_[static_cast<size_t>(it - kids.begin() - 1)] != 0;
     };
-    stop_cands_.clear();
-    stop_runs_.clear();
+    clear_stop_cands();
     for (uint32_t b : exits) {
       if (depth_of[b] < cut_depth && in_batch(b)) stop_cands_.push_back(b);
     }
@@ -4150,17 +4152,21 @@ void top_frames_key(const std::vector<uint32_t>& positions, size_t frames, uint3
 }
 }  // namespace
 
+const CompiledData::Checked* CompiledData::checked_entry(const std::vector<uint32_t>& key,
+                                                         uint64_t h) const {
+  auto range = checked.equal_range(h);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (it->second.positions == key) return &it->second;
+  }
+  return nullptr;
+}
+
 bool CompiledData::find_checked(const std::vector<uint32_t>& positions, uint32_t ctx,
                                 std::vector<Token>& out) const {
   auto find = [&](const std::vector<uint32_t>& key) {
-    auto range = checked.equal_range(hash_ids(key.data(), key.size()));
-    for (auto it = range.first; it != range.second; ++it) {
-      if (it->second.positions == key) {
-        out.insert(out.end(), it->second.accepted.begin(), it->second.accepted.end());
-        return true;
-      }
-    }
-    return false;
+    const Checked* c = checked_entry(key, hash_ids(key.data(), key.size()));
+    if (c != nullptr) out.insert(out.end(), c->accepted.begin(), c->accepted.end());
+    return c != nullptr;
   };
   std::lock_guard<std::mutex> lock(checked_mu);
   if (find(positions)) return true;
@@ -4195,10 +4201,7 @@ void CompiledData::add_checked(const std::vector<uint32_t>& positions, uint32_t 
   // Full: later stacks are checked by each matcher on its own (as before sharing).
   if (checked_tokens + n + key.size() > kMaxCheckedTokens) return;
   const uint64_t h = hash_ids(key.data(), key.size());
-  auto range = checked.equal_range(h);
-  for (auto it = range.first; it != range.second; ++it) {
-    if (it->second.positions == key) return;  // another matcher was first
-  }
+  if (checked_entry(key, h) != nullptr) return;  // another matcher was first
   checked_tokens += n + key.size();
   checked.emplace(h, Checked{std::move(key), std::vector<Token>(accepted, accepted + n)});
 }
