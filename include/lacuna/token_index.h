@@ -77,9 +77,10 @@ class TokenIndex {
   // Code points of token t decoded from a code-point boundary, and what is left partial.
   const uint32_t* code_points(Token t, size_t* n) const;
   // A hint for a loop over tokens whose ids lie at random (trie order): where token t's
-  // code points are is read soon.
-  void prefetch_code_points(Token t) const {
+  // code points are, and its partial tail, are read soon.
+  void prefetch_token(Token t) const {
     __builtin_prefetch(cp_spans_.data() + static_cast<size_t>(t));
+    __builtin_prefetch(partials_.data() + static_cast<size_t>(t));
   }
   PartialUtf8 partial(Token t) const { return partials_[static_cast<size_t>(t)]; }
 

@@ -2451,7 +2451,7 @@ struct Classifier {
     for (size_t i = 0; i < ids.size(); ++i) {
       tick();
       const Token t = ids[i];
-      if (i + kReadAhead < ids.size()) tokens.prefetch_code_points(ids[i + kReadAhead]);
+      if (i + kReadAhead < ids.size()) tokens.prefetch_token(ids[i + kReadAhead]);
       size_t n;
       const uint32_t* cps = tokens.code_points(t, &n);
       size_t l = 0;

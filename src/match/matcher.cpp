@@ -414,6 +414,7 @@ class MatcherState {
   // Appends to `found` the tokens of `ids` (a context's uncertain tokens, in trie order)
   // that the real stack s accepts. The parse frontier after each code point is kept per
   // depth and reused by the next token as far as the two share a prefix.
+  static constexpr uint32_t kReadAhead = 8;  // tokens
   void check_uncertain(uint32_t s, const Token* ids, uint32_t count, std::vector<Token>& found) {
     const TokenIndex& tokens = *d_->tokens;
     fb_.clear();
@@ -426,6 +427,8 @@ class MatcherState {
     size_t built_depth = 0;           // frontiers exist for depths 0..built_depth
     for (uint32_t k = 0; k < count; ++k) {
       const Token t = ids[k];
+      // (The ids lie at random: their code points' places and partial tails are read ahead.)
+      if (k + kReadAhead < count) tokens.prefetch_token(ids[k + kReadAhead]);
       size_t n;
       const uint32_t* cps = tokens.code_points(t, &n);
       size_t l = 0;
