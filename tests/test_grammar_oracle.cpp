@@ -823,7 +823,9 @@ b ::= "<" b ">"? | [a-z]{1,3})g";
 // end), in a prefix walk as a pending frame, and with tolerant runs where something lies
 // past the end (the last line). Lines that may end after any character, words after a
 // separator of a deep family, a bounded string whose cover was found with strict runs, each
-// walked with masks computed on first use and at compile time.
+// walked with masks computed on first use and at compile time. Levels of a family that
+// cannot share (below those a known walk's tokens reach, or no higher than a level whose
+// observed walk reached the base) are walked unobserved, and some are here.
 TEST_P(Oracle, QuietTakesMasksEqual) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
@@ -838,9 +840,14 @@ char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g",
       R"g(root ::= cell ("|" cell){0,3} "\n"
 cell ::= [^|\n]{1,28})g",
       R"g(root ::= ([^<]{0,25} "<" [a-z]{1,3} ">"){1,2} [^<]{0,24})g"};
+  const uint64_t unobserved0 = detail::test_walk_counters.unobserved_family_walks.load();
   const WalkStats stats = walk_each(fx, grammars, 4, 10, 8181);
-  std::printf("[oracle] %s quiet takes: %zu steps compared\n", GetParam().c_str(), stats.steps);
+  const uint64_t unobserved =
+      detail::test_walk_counters.unobserved_family_walks.load() - unobserved0;
+  std::printf("[oracle] %s quiet takes: %zu steps compared, %llu family levels unobserved\n",
+              GetParam().c_str(), stats.steps, static_cast<unsigned long long>(unobserved));
   EXPECT_GT(stats.steps, grammars.size() * 4);
+  EXPECT_GT(unobserved, 0u);
 }
 
 // Label walks: strings whose state is a small automaton over their characters (a hex

@@ -400,6 +400,7 @@ struct WalkCounters {
   std::atomic<uint64_t> live_holes{0};        // live automata whose class leaves out high ranges
   std::atomic<uint64_t> same_masks{0};        // masks found equal to one computed before
   std::atomic<uint64_t> top_frame_checks{0};  // stack checks found under their top frames
+  std::atomic<uint64_t> unobserved_family_walks{0};  // family levels that could not share
 };
 inline WalkCounters test_walk_counters;
 // Tests only: every run depth a walk asks for is checked against its chain followed to the

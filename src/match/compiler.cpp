@@ -3451,6 +3451,7 @@ class ContextClassifier {
     // whose longest tokens reach the base from any level, took 0.3-0.9 ms a context
     // observed (each level observed anew: nothing was kept to say it fails), 0.15 ms not.
     if (below || flevel_ <= walks.failed_level) {
+      test_walk_counters.unobserved_family_walks.fetch_add(1, std::memory_order_relaxed);
       std::unique_ptr<ContextMask> walked = classify(positions, after);
       if (past_cap(*walked)) return nullptr;
       return same_mask(std::move(walked), fresh);
