@@ -197,6 +197,11 @@ class StackPool {
 
   size_t memory_bytes() const;
   const GrammarTables& tables() const { return *g_; }
+  // Whether a frame at `pos` above `parent` has that parent in its context's chain: the
+  // chain runs down to a boundary rule's position or to the bottom of the stack.
+  bool keep_parent(uint32_t pos, uint32_t parent) const {
+    return parent != kEmpty && !g_->rule_boundary[g_->elem_rule[pos]];
+  }
 
  private:
   struct Node {
@@ -206,7 +211,6 @@ class StackPool {
     uint32_t succ_off;
     uint32_t succ_len;
   };
-  bool keep_parent(uint32_t pos, uint32_t parent) const;
   void grow_table();
 
   const GrammarTables* g_ = nullptr;

@@ -382,11 +382,8 @@ class MatcherState {
   // there is nothing to check. (The last line of `line ("\n" line){0,8}`, whose line may
   // return to nine places: 1,500 tokens that end a line and go on, each checked, 0.1-0.2 ms.)
   bool context_is_whole_stack(uint32_t s) const {
-    const auto& g = d_->g;
     uint32_t c = s;
-    while (pool_.parent(c) != StackPool::kEmpty && !g.rule_boundary[g.elem_rule[pool_.pos(c)]]) {
-      c = pool_.parent(c);
-    }
+    while (pool_.keep_parent(pool_.pos(c), pool_.parent(c))) c = pool_.parent(c);
     return pool_.parent(c) == StackPool::kEmpty;
   }
 

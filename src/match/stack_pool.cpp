@@ -98,10 +98,6 @@ void StackPool::reserve(size_t n) {
   if (slots != table_.size() && nodes_.size() <= 1) table_.assign(slots, 0);
 }
 
-bool StackPool::keep_parent(uint32_t pos, uint32_t parent) const {
-  return parent != kEmpty && !g_->rule_boundary[g_->elem_rule[pos]];
-}
-
 uint32_t StackPool::make(uint32_t pos, uint32_t parent) {
   if (local_ && !keep_parent(pos, parent)) parent = kEmpty;
   const size_t mask = table_.size() - 1;
