@@ -946,6 +946,65 @@ ws ::= [ \n]{0,2})g" +
   EXPECT_GT(stats.steps, grammars.size() * 12);
 }
 
+// A key automaton as the JSON Schema converter writes one (KeyClassifier::key_expression):
+// each state a rule whose self-loop comes first and whose moves are a group, so a state
+// tail-calls its group and the group tail-calls the next state. A state is a boundary rule
+// and its group is not, so that tail call pushed the state's end marker, and each move
+// through the automaton grew the stack by one: every set was new, no live automaton was
+// found, and each key position was walked node by node (3-4 ms a first-use mask in
+// Github_hard o82151's `notifications`). An end marker is now pushed only where none is on
+// top already. Keys that must contain "git" (not accepted before it) or must not (a dead
+// state), walked along a document and at random, masks on first use and at compile time.
+TEST_P(Oracle, KeyAutomatonThroughGroupsMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::string obj = R"g(
+root ::= "{" (kv ("," kv)*)? "}"
+kv ::= "\"" k0 ":" [0-9]{1,3}
+c0 ::= [^\x00-\x1F"\\g] | "\\" ["/\\bfnrt] | "\\u00" [01] [0-9a-fA-F]
+c1 ::= [^\x00-\x1F"\\gi] | "\\" ["/\\bfnrt] | "\\u00" [01] [0-9a-fA-F]
+c2 ::= [^\x00-\x1F"\\gt] | "\\" ["/\\bfnrt] | "\\u00" [01] [0-9a-fA-F]
+c ::= [^\x00-\x1F"\\] | "\\" ["/\\bfnrt] | "\\u00" [01] [0-9a-fA-F])g";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {obj + R"g(
+k0 ::= c0* ("g" k1)
+k1 ::= "g"* (c1 k0 | "i" k2)
+k2 ::= c2 k0 | "g" k1 | "t" k3
+k3 ::= c* "\"")g",
+       R"({"a digit here":1,"legit":22,"xgxgit yes":333})"},
+      {obj + R"g(
+k0 ::= c0* ("\"" | "g" k1)
+k1 ::= "g"* ("\"" | c1 k0 | "i" k2)
+k2 ::= "\"" | c2 k0 | "g" k1)g",
+       R"({"plain key":1,"gigi ggi":22,"g":3})"}};
+  const uint64_t walks0 = detail::test_walk_counters.live_walks.load();
+  const uint64_t regions0 = detail::test_walk_counters.live_regions.load();
+  WalkStats stats;
+  size_t text_tokens = 0, text_steps = 0;
+  uint64_t seed = 5151;
+  for (const auto& [gbnf, text] : cases) {
+    SCOPED_TRACE(gbnf);
+    const std::vector<Token> toks = greedy_tokens(*fx.index, text);
+    // Per-rule contexts, where each state is a boundary rule (the mode large schemas get).
+    for (double eager_ms : {0.0, -1.0}) {
+      CompileOptions options = cold_masks(eager_ms);
+      options.inline_rules = false;
+      text_steps += text_walk(fx, gbnf, toks, options);
+      text_tokens += toks.size();
+      auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
+      for (int k = 0; k < 3; ++k) walk(fx, gbnf, 12, seed++, stats, cg);
+    }
+  }
+  const uint64_t live = detail::test_walk_counters.live_walks.load() - walks0 +
+                        detail::test_walk_counters.live_regions.load() - regions0;
+  std::printf("[oracle] %s key automata: live walks and regions %llu, %zu + %zu steps compared\n",
+              GetParam().c_str(), static_cast<unsigned long long>(live), text_steps, stats.steps);
+  // (3-5 before: the first sets only.)
+  EXPECT_GT(live, 20 * cases.size());
+  EXPECT_EQ(text_steps, text_tokens);
+  EXPECT_GT(stats.steps, cases.size() * 6);
+}
+
 // Live walks of searches whose sets treat code points >= 128 differently within a few
 // ranges: a pattern's `.` (ECMAScript's, without U+2028 and U+2029) leaves those ranges
 // out of the automaton's class, where the walk meets them as exits; `\s`'s spaces above

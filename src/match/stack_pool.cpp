@@ -183,11 +183,19 @@ uint32_t StackPool::call_base(uint32_t node) {
   // that is a boundary rule starts its own chain, so nothing is pushed: right recursion
   // like `s ::= "\"" | c s` in per-rule mode would otherwise grow the stack by one end
   // marker per character (every set new, walks from such stacks up to 300 ms).
-  if (g_->elems[p + 1].kind != kEnd ||
-      (g_->rule_boundary[g_->elem_rule[p]] && !g_->rule_boundary[callee])) {
-    return make(p + 1, nodes_[node].parent);
+  const uint32_t parent = nodes_[node].parent;
+  if (g_->elems[p + 1].kind != kEnd) return make(p + 1, parent);
+  if (g_->rule_boundary[g_->elem_rule[p]] && !g_->rule_boundary[callee]) {
+    // An end marker on top of the parent only returns to what lies below it: the new one
+    // takes its place. A key automaton's states (`s ::= c* ("\"" | "g" t)`, each a
+    // boundary rule tail-calling its group, which tail-calls the next state) otherwise
+    // grew the stack by one end marker per move: every set new, no live automaton found,
+    // each key position walked node by node (3-4 ms a first-use mask). The chain above
+    // stops at the new marker as before (a local pool has cut below it already).
+    const bool on_marker = parent != kEmpty && g_->elems[nodes_[parent].pos].kind == kEnd;
+    return make(p + 1, on_marker ? nodes_[parent].parent : parent);
   }
-  return nodes_[node].parent;
+  return parent;
 }
 
 void StackPool::start(uint32_t pos, uint32_t parent, std::vector<uint32_t>& out) {
