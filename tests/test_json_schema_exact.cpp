@@ -232,4 +232,37 @@ TEST(JsonSchemaLengthAndPattern, BoundsIntersectThePatternsLanguage) {
   EXPECT_EQ(big.warnings()[0], "minLength");
 }
 
+// ---- pattern without length bounds ---------------------------------------------------------
+
+TEST(JsonSchemaPattern, AmbiguousAnchoredPatternIsWrittenAsItsAutomaton) {
+  // Anchored at the start, no `.`, and ambiguous as a regex (each `\\S` may also start the
+  // next `\\sK_`; an upper-case letter may start the group or be the last one): the
+  // pattern's deterministic automaton.
+  Lang kv(R"({"type":"string","pattern":"^(K_\\w+=\\S+)*(\\sK_\\w+=\\S+)*$"})");
+  EXPECT_NE(kv.gbnf().find("key-class"), std::string::npos) << kv.gbnf();
+  expect_language(kv, {"\"\"", "\"K_a=b\"", "\"K_a=b K_c=d\"", "\"K_a=bK_c=d\""},
+                  {"\"x\"", "\"K_=b\"", "\"K_a=\"", "\"K_a=b \"", "\"K_a=b K_\""});
+  Lang camel(R"({"type":"string","pattern":"^[a-z]+([A-Z][a-z]+)*[A-Z]?$"})");
+  EXPECT_NE(camel.gbnf().find("key-class"), std::string::npos) << camel.gbnf();
+  expect_language(camel, {"\"abc\"", "\"abDef\"", "\"abDefG\"", "\"abG\""},
+                  {"\"Abc\"", "\"abDE\"", "\"ab-c\"", "\"\""});
+  EXPECT_TRUE(kv.warnings().empty() && camel.warnings().empty());
+  // The regex's form for a search (an unanchored start, a top-level `|`, a `.` that may
+  // match anything: as an automaton each state is a broad class less a few letters) and for
+  // an unambiguous pattern (nothing to gain from more rules).
+  for (const char* schema :
+       {R"({"type":"string","pattern":"admin"})", R"({"type":"string","pattern":"^all|tags$"})",
+        R"({"type":"string","pattern":"^https?://.*\\.org$"})",
+        R"({"type":"string","pattern":"^[a-z]+\\.[a-z]+$"})",
+        R"({"type":"string","pattern":"^Abs$"})"}) {
+    Lang l(schema);
+    EXPECT_EQ(l.gbnf().find("key-class"), std::string::npos) << schema << "\n" << l.gbnf();
+  }
+  Lang search(R"({"type":"string","pattern":"^https?://.*\\.org$"})");
+  expect_language(search, {"\"https://a.org\"", "\"http://x.y.org\""},
+                  {"\"https://a.com\"", "\"ftp://a.org\""});
+  Lang either(R"({"type":"string","pattern":"^all|tags$"})");
+  expect_language(either, {"\"all\"", "\"allx\"", "\"xtags\""}, {"\"xall\"", "\"tagsx\""});
+}
+
 }  // namespace

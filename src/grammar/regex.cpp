@@ -1104,6 +1104,7 @@ KeyClassifier::KeyClassifier(const std::vector<std::string>& patterns,
       }
       std::sort(target.begin(), target.end());
       target.erase(std::unique(target.begin(), target.end()), target.end());
+      if (target.size() > 1) ambiguous_ = true;
       int id = intern(std::move(target));
       by_target[id].add(lo, hi);
     }

@@ -65,6 +65,10 @@ class KeyClassifier {
   std::string bounded_expression(size_t sig, long min, long max, gbnf::RuleSet& rules,
                                  size_t max_pairs, Encoding encoding = Encoding::JsonString) const;
   size_t state_count() const { return states_.size(); }
+  // Whether the patterns' and names' nondeterministic automaton had a choice: a set of its
+  // states that moves to several on one code point (`\S+` then `\sK` in a repetition), so
+  // that a grammar written from it directly would carry several parse states at once.
+  bool ambiguous() const { return ambiguous_; }
 
  private:
   struct State {
@@ -75,6 +79,7 @@ class KeyClassifier {
 
   std::vector<State> states_;
   std::vector<Signature> sigs_;
+  bool ambiguous_ = false;
 };
 
 }  // namespace lacuna::regex_detail
