@@ -185,16 +185,19 @@ uint32_t StackPool::call_base(uint32_t node) {
   // marker per character (every set new, walks from such stacks up to 300 ms).
   const uint32_t parent = nodes_[node].parent;
   if (g_->elems[p + 1].kind != kEnd) return make(p + 1, parent);
-  if (g_->rule_boundary[g_->elem_rule[p]] && !g_->rule_boundary[callee]) {
-    // An end marker on top of the parent only returns to what lies below it: the new one
-    // takes its place. A key automaton's states (`s ::= c* ("\"" | "g" t)`, each a
-    // boundary rule tail-calling its group, which tail-calls the next state) otherwise
-    // grew the stack by one end marker per move: every set new, no live automaton found,
-    // each key position walked node by node (3-4 ms a first-use mask). The chain above
-    // stops at the new marker as before (a local pool has cut below it already).
-    const bool on_marker = parent != kEmpty && g_->elems[nodes_[parent].pos].kind == kEnd;
-    return make(p + 1, on_marker ? nodes_[parent].parent : parent);
-  }
+  // An end marker on top of the parent only returns to what lies below it. A key
+  // automaton's states (`s ::= c* ("\"" | "g" t)`: each a boundary rule tail-calling its
+  // group, which tail-calls the next state) pushed one more marker per move, and after that
+  // was fixed still kept the marker of the state they came from below their own frames:
+  // every set new, or one per state they were entered from, no live automaton found, and
+  // each key position walked node by node (3-4 ms a first-use mask). So a marker pushed
+  // takes the place of one on top, and a boundary callee, whose chain stops at its own
+  // positions, drops one. The chains above are those the compile-time contexts hold (a
+  // local pool has cut below a boundary position already).
+  const bool on_marker = parent != kEmpty && g_->elems[nodes_[parent].pos].kind == kEnd;
+  const uint32_t below = on_marker ? nodes_[parent].parent : parent;
+  if (g_->rule_boundary[callee]) return below;
+  if (g_->rule_boundary[g_->elem_rule[p]]) return make(p + 1, below);
   return parent;
 }
 
