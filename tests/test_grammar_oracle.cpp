@@ -952,9 +952,10 @@ ws ::= [ \n]{0,2})g" +
 // and its group is not, so that tail call pushed the state's end marker, and each move
 // through the automaton grew the stack by one: every set was new, no live automaton was
 // found, and each key position was walked node by node (3-4 ms a first-use mask in
-// Github_hard o82151's `notifications`). An end marker is now pushed only where none is on
-// top already. Keys that must contain "git" (not accepted before it) or must not (a dead
-// state), walked along a document and at random, masks on first use and at compile time.
+// Github_hard o82151's `notifications`). Now a marker pushed takes the place of one on top,
+// and a tail call into a boundary rule drops one (StackPool::call_base). Keys that must
+// contain "git" (not accepted before it) or must not (a dead state), walked along a
+// document and at random, per-rule contexts, masks on first use and at compile time.
 TEST_P(Oracle, KeyAutomatonThroughGroupsMasksEqual) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
