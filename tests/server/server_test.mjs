@@ -6,7 +6,7 @@
 // Usage: node server_test.mjs LACUNA MODEL
 import assert from 'node:assert/strict';
 import { spawn, execFile } from 'node:child_process';
-import { writeFileSync, mkdtempSync } from 'node:fs';
+import { writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
@@ -288,6 +288,7 @@ await check(`greedy parity with \`lacuna chat\`, alone and with ${PARALLEL - 1} 
   writeFileSync(join(dir, 'm.json'), JSON.stringify(messages));
   const cli = JSON.parse(new TextDecoder().decode(
     await run(lacuna, ['chat', '-m', model, '--messages', join(dir, 'm.json'), '-n', '32', '--json', '--threads', '2'])));
+  rmSync(dir, { recursive: true, force: true });
   const alone = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 32, temperature: 0 });
   assert.equal(alone.choices[0].message.content, cli.content);
   // The same request among 7 others (different prompts, lengths, schemas) in one batch.
@@ -746,10 +747,14 @@ await check('a restart with the same --persist-dir reuses the KV written before'
     assert.ok(r.usage.prompt_tokens_details.cached_tokens >= r.usage.prompt_tokens / 2,
               `cached ${r.usage.prompt_tokens_details.cached_tokens} of ${r.usage.prompt_tokens}`);
   } finally {
+    // Waited for, so that the KV directory is removed after the server's last write.
+    const exited = new Promise((resolve) => again.proc.on('exit', resolve));
     again.proc.kill('SIGTERM');
+    await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 15000))]);
   }
 });
 
 if (server.proc.exitCode === null) server.proc.kill('SIGKILL');
+rmSync(persistDir, { recursive: true, force: true });
 log(failures === 0 ? 'all server tests passed' : `${failures} server test(s) failed`);
 process.exit(failures === 0 ? 0 : 1);
