@@ -371,16 +371,19 @@ CompileOptions cold_masks(double eager_ms) {
 }
 
 // Each (grammar, text) case walked along its text and at random (three walks of `steps`),
-// masks on first use and at compile time, all cold; returns the text steps compared and
-// adds the text's tokens to *text_tokens.
+// masks on first use and at compile time, all cold (with per-rule contexts where
+// `inline_rules` is false); returns the text steps compared and adds the text's tokens to
+// *text_tokens.
 size_t walk_cases(const VocabFixture& fx,
                   const std::vector<std::pair<std::string, std::string>>& cases, size_t steps,
-                  uint64_t seed, WalkStats& stats, size_t* text_tokens) {
+                  uint64_t seed, WalkStats& stats, size_t* text_tokens, bool inline_rules = true) {
   size_t text_steps = 0;
   for (const auto& [gbnf, text] : cases) {
     SCOPED_TRACE(gbnf);
     const std::vector<Token> toks = greedy_tokens(*fx.index, text);
-    for (const CompileOptions& options : {cold_masks(0), cold_masks(-1)}) {
+    for (double eager_ms : {0.0, -1.0}) {
+      CompileOptions options = cold_masks(eager_ms);
+      options.inline_rules = inline_rules;
       text_steps += text_walk(fx, gbnf, toks, options);
       *text_tokens += toks.size();
       auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
@@ -981,21 +984,10 @@ k2 ::= "\"" | c2 k0 | "g" k1)g",
   const uint64_t walks0 = detail::test_walk_counters.live_walks.load();
   const uint64_t regions0 = detail::test_walk_counters.live_regions.load();
   WalkStats stats;
-  size_t text_tokens = 0, text_steps = 0;
-  uint64_t seed = 5151;
-  for (const auto& [gbnf, text] : cases) {
-    SCOPED_TRACE(gbnf);
-    const std::vector<Token> toks = greedy_tokens(*fx.index, text);
-    // Per-rule contexts, where each state is a boundary rule (the mode large schemas get).
-    for (double eager_ms : {0.0, -1.0}) {
-      CompileOptions options = cold_masks(eager_ms);
-      options.inline_rules = false;
-      text_steps += text_walk(fx, gbnf, toks, options);
-      text_tokens += toks.size();
-      auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
-      for (int k = 0; k < 3; ++k) walk(fx, gbnf, 12, seed++, stats, cg);
-    }
-  }
+  size_t text_tokens = 0;
+  // Per-rule contexts, where each state is a boundary rule (the mode large schemas get).
+  const size_t text_steps =
+      walk_cases(fx, cases, 12, 5151, stats, &text_tokens, /*inline_rules=*/false);
   const uint64_t live = detail::test_walk_counters.live_walks.load() - walks0 +
                         detail::test_walk_counters.live_regions.load() - regions0;
   std::printf("[oracle] %s key automata: live walks and regions %llu, %zu + %zu steps compared\n",

@@ -1810,24 +1810,26 @@ class Converter {
         try {
           regex_detail::KeyClassifier dfa({pat}, {}, ro,
                                           bounded ? kMaxKeyStates : kMaxPatternStates);
-          const auto& sigs = dfa.signatures();
-          for (size_t i = 0; i < sigs.size() && (bounded || dfa.ambiguous()); ++i) {
-            if (sigs[i].patterns.empty()) continue;
-            std::string e;
-            if (bounded) {
-              size_t before = rules_.rule_count();
-              e = dfa.bounded_expression(
-                  i, lo, hi, rules_,
-                  std::min(kMaxLengthPairs,
-                           kMaxLengthPairsTotal - std::min(kMaxLengthPairsTotal, length_pairs_)));
-              length_pairs_ += rules_.rule_count() - before;
-            } else {
-              e = dfa.key_expression(i, rules_);
+          if (bounded || dfa.ambiguous()) {
+            const auto& sigs = dfa.signatures();
+            for (size_t i = 0; i < sigs.size(); ++i) {
+              if (sigs[i].patterns.empty()) continue;
+              std::string e;
+              if (bounded) {
+                size_t before = rules_.rule_count();
+                e = dfa.bounded_expression(
+                    i, lo, hi, rules_,
+                    std::min(kMaxLengthPairs,
+                             kMaxLengthPairsTotal - std::min(kMaxLengthPairsTotal, length_pairs_)));
+                length_pairs_ += rules_.rule_count() - before;
+              } else {
+                e = dfa.key_expression(i, rules_);
+              }
+              drop_format();
+              return e.empty() ? "" : rules_.add(hint_of(ptr), e);
             }
-            drop_format();
-            return e.empty() ? "" : rules_.add(hint_of(ptr), e);
+            return "";  // the pattern matches nothing
           }
-          if (bounded || dfa.ambiguous()) return "";  // the pattern matches nothing
         } catch (const RegexError&) {
           // Too large or unsupported: handled below.
         }
