@@ -998,6 +998,45 @@ k2 ::= "\"" | c2 k0 | "g" k1)g",
   EXPECT_GT(stats.steps, cases.size() * 6);
 }
 
+// The key of an object whose other properties are allowed, as the JSON Schema converter
+// writes it: an automaton over any string that leaves out the names (each state moves on
+// the next letter of some name and sends every other character to the string's rest), so
+// that every set after a name's first letter is live over the string's class. Their labels
+// are every letter of the names below that first letter (23 for these `u` names): a search
+// that stepped each set on each label gave up past 12 labels or 512 steps, and each such
+// letter was walked node by node. Each set is now stepped on its own labels (two or three),
+// and up to 40 labels are kept. Random walks and documents, on first use and at compile
+// time, in both context modes.
+TEST_P(Oracle, NamesLeftOutOfAnyKeyMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::string gbnf = json_schema_to_gbnf(R"({"type": "object", "properties": {
+      "underscore-property-hack": {"type": "integer"}, "universal-selector": {"type": "integer"},
+      "unqualified-attributes": {"type": "integer"}, "unique-headings": {"type": "integer"},
+      "box-model": {"type": "integer"}, "bulletproof-font-face": {"type": "integer"}}})");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {gbnf, R"({"universal-selector":1,"unknown key":2,"box-model":3})"},
+      {gbnf, R"({"underscore":4,"unique-headings":5,"b":6})"}};
+  const uint64_t regions0 = detail::test_walk_counters.live_regions.load();
+  const uint64_t many0 = detail::test_walk_counters.live_many_labels.load();
+  WalkStats stats;
+  size_t text_tokens = 0, text_steps = 0;
+  for (bool inline_rules : {true, false}) {
+    text_steps += walk_cases(fx, cases, 12, 6161, stats, &text_tokens, inline_rules);
+  }
+  const uint64_t regions = detail::test_walk_counters.live_regions.load() - regions0;
+  const uint64_t many = detail::test_walk_counters.live_many_labels.load() - many0;
+  std::printf(
+      "[oracle] %s names left out of a key: live regions %llu, automata of more than 12 labels "
+      "%llu, %zu + %zu steps compared\n",
+      GetParam().c_str(), static_cast<unsigned long long>(regions),
+      static_cast<unsigned long long>(many), text_steps, stats.steps);
+  EXPECT_GT(regions, 0u);
+  EXPECT_GT(many, 20u);
+  EXPECT_EQ(text_steps, text_tokens);
+  EXPECT_GT(stats.steps, cases.size() * 12);
+}
+
 // Live walks of searches whose sets treat code points >= 128 differently within a few
 // ranges: a pattern's `.` (ECMAScript's, without U+2028 and U+2029) leaves those ranges
 // out of the automaton's class, where the walk meets them as exits; `\s`'s spaces above

@@ -1211,6 +1211,7 @@ struct Classifier {
   // The walk states forgot their sets (WalkStates::reset): so do the memos by set.
   void forget_sets() {
     live_.clear();
+    live_cells_ = 0;
     set_low_.clear();
     node_low_.clear();
   }
@@ -2493,7 +2494,7 @@ struct Classifier {
   static constexpr size_t kMaxLabels = 8;
   static constexpr size_t kMaxLabelSets = 1024;
   static constexpr int kMaxLabelRounds = 32;
-  static constexpr size_t kMaxLiveLabels = 12;
+  static constexpr size_t kMaxLiveLabels = 40;
   static constexpr size_t kMaxLiveSets = 256;
   static constexpr size_t kMaxLiveSteps = 512;  // set steps over every round
   static constexpr uint32_t kMaxLiveMembers = 32;
@@ -2513,6 +2514,15 @@ struct Classifier {
   std::unordered_map<uint32_t, uint32_t> label_state_of_{};  // set -> its local state
   std::vector<uint32_t> label_next_{};
   std::vector<uint32_t> label_set_at_{}, label_touched_{};
+  // Per queued set q, its own labels and the set each leads to (0: none), in
+  // local_[local_off_[q], local_off_[q + 1]); local_scratch_: the labels being found.
+  struct LocalLabel {
+    Label label;
+    uint32_t next;
+  };
+  std::vector<LocalLabel> local_{};
+  std::vector<uint32_t> local_off_{};
+  std::vector<Label> local_scratch_{};
   std::vector<std::pair<uint32_t, uint32_t>> label_stack_{};
 
   uint32_t label_rep(const Label& l) const {
@@ -2530,11 +2540,18 @@ struct Classifier {
     label_holes_ = holes;
     label_high_ = holes == 0 ? 0x100 : first_high_outside(detail::class_holes(holes));
   }
+  // Whether label l holds code point cp (a label's representative: an ASCII code point, or
+  // label_high_ for those from 128 on).
+  static bool in_label(const Label& l, uint32_t cp) {
+    if (cp < 128) return ((l.ascii[cp >> 6] >> (cp & 63)) & 1u) != 0;
+    return l.non_ascii;
+  }
   static bool label_empty(const Label& l) {
     return l.ascii[0] == 0 && l.ascii[1] == 0 && !l.non_ascii;
   }
-  // Splits every label by the code points the set `cs` holds (its code points >= 128 alike).
-  void refine_labels(const CharSet& cs) {
+  // Splits every label of `labels` by the code points the set `cs` holds (its code points
+  // >= 128 alike).
+  void refine_labels(const CharSet& cs, std::vector<Label>& labels) const {
     uint64_t in[2];
     if (cs.any) {
       return;
@@ -2542,9 +2559,9 @@ struct Classifier {
     in[0] = cs.negated ? ~cs.ascii[0] : cs.ascii[0];
     in[1] = cs.negated ? ~cs.ascii[1] : cs.ascii[1];
     const bool high_in = cs.match(label_high_);
-    const size_t n = labels_.size();
+    const size_t n = labels.size();
     for (size_t i = 0; i < n; ++i) {
-      const Label l = labels_[i];
+      const Label l = labels[i];
       // (Holes only with the flag: without it a class's holes are its high code points.)
       const bool high_inside = l.non_ascii && high_in, high_outside = l.non_ascii && !high_in;
       const Label inside{{l.ascii[0] & in[0], l.ascii[1] & in[1]},
@@ -2554,8 +2571,8 @@ struct Classifier {
                           high_outside,
                           high_outside ? label_holes_ : uint16_t{0}};
       if (label_empty(inside) || label_empty(outside)) continue;
-      labels_[i] = inside;
-      labels_.push_back(outside);
+      labels[i] = inside;
+      labels.push_back(outside);
     }
   }
   // Finds C and its labels from set0 (labels_, and the automaton on them: label_queue_,
@@ -2568,12 +2585,14 @@ struct Classifier {
     label_steps_ = 0;
     for (int round = 0; round < kMaxLabelRounds; ++round) {
       set_label_holes(holes);
-      labels_.assign(1, Label{{~excl.ascii[0], ~excl.ascii[1]},
-                              !excl.non_ascii,
-                              excl.non_ascii ? uint16_t{0} : holes});
+      const Label c_label{
+          {~excl.ascii[0], ~excl.ascii[1]}, !excl.non_ascii, excl.non_ascii ? uint16_t{0} : holes};
+      labels_.assign(1, c_label);
       if (live && printable_count(labels_[0].ascii) < kMinExitClassPrintable) return false;
       label_queue_.clear();
       label_state_of_.clear();
+      local_off_.assign(1, 0);
+      local_.clear();
       label_queue_.push_back({set0, Label{{0, 0}, false}, SIZE_MAX});
       label_state_of_.emplace(set0, 0);
       bool again = false;
@@ -2616,21 +2635,28 @@ struct Classifier {
         // Live: a set of many stacks (an ambiguous pattern's, growing with each step) costs
         // a lot per step and rarely ends in a finite automaton.
         if (live && n > kMaxLiveMembers) return false;
+        // The set is stepped once per label of its own partition of C (the code points its
+        // members take alike), and C's labels (every set's partitions together) are refined
+        // alongside: stepping each set on every label of C cost a step per set and label
+        // (a key automaton's letters: 69 sets, 23 labels, 1,170 steps for one name's
+        // states), where most sets tell two or three labels apart.
+        local_scratch_.assign(1, c_label);
         for (uint32_t i = 0; i < n && fits; ++i) {
           const Elem& e = g.elems[pool.pos(m[i])];
           if (e.kind != detail::kChars) {
             fits = false;
             break;
           }
-          refine_labels(g.charsets[e.arg]);
+          refine_labels(g.charsets[e.arg], labels_);
+          refine_labels(g.charsets[e.arg], local_scratch_);
           fits = labels_.size() <= max_labels;
         }
         if (!fits) {
           if (!drop(in)) return false;
           break;
         }
-        if (live && (label_steps_ += labels_.size()) > kMaxLiveSteps) return false;
-        for (const Label& l : labels_) {
+        if (live && (label_steps_ += local_scratch_.size()) > kMaxLiveSteps) return false;
+        for (const Label& l : local_scratch_) {
           const uint32_t v = states.step(s, label_rep(l));
           // Some member leaves the context on this label (live: or the set dies on it).
           if ((v & 1u) != 0 || (live && v == 0)) {
@@ -2640,6 +2666,7 @@ struct Classifier {
             break;
           }
           const uint32_t next = v >> 1;
+          local_.push_back({l, next});
           if (next != 0 &&
               label_state_of_.emplace(next, static_cast<uint32_t>(label_queue_.size())).second) {
             if (label_state_of_.size() > (live ? kMaxLiveSets : kMaxLabelSets)) return false;
@@ -2648,16 +2675,22 @@ struct Classifier {
                                                      : QueuedSet{next, in, in_nodes});
           }
         }
+        local_off_.push_back(static_cast<uint32_t>(local_.size()));
       }
       if (!again) {
         if (labels_.size() == 1 && label_empty(labels_[0])) return false;
-        // The automaton on local states (0: set0): label_next_[q * k + l].
+        // The automaton on local states (0: set0): label_next_[q * k + l], read from each
+        // set's own labels (C's labels refine them: each lies within one).
         const size_t k = labels_.size();
         label_next_.assign(label_queue_.size() * k, kNoState);
         for (size_t q = 0; q < label_queue_.size(); ++q) {
           for (size_t l = 0; l < k; ++l) {
-            const uint32_t next = states.step(label_queue_[q].set, label_rep(labels_[l])) >> 1;
-            if (next != 0) label_next_[q * k + l] = label_state_of_.at(next);
+            const uint32_t rep = label_rep(labels_[l]);
+            for (uint32_t i = local_off_[q]; i < local_off_[q + 1]; ++i) {
+              if (!in_label(local_[i].label, rep)) continue;
+              if (local_[i].next != 0) label_next_[q * k + l] = label_state_of_.at(local_[i].next);
+              break;
+            }
           }
         }
         return true;
@@ -2887,12 +2920,18 @@ struct Classifier {
   // Per set (null: not live), until the walk states forget their sets.
   std::unordered_map<uint32_t, std::unique_ptr<LiveAuto>> live_{};
   static constexpr size_t kMaxLiveMemo = 4096;
+  // And at most this many transitions in all (up to 256 sets x 40 labels each).
+  static constexpr size_t kMaxLiveCells = size_t{1} << 21;
+  size_t live_cells_ = 0;
   size_t live_costly_ = 0, live_found_ = 0;
   static constexpr size_t kCostlyLiveSteps = 64, kMaxCostlyLive = 4;
   const LiveAuto* live_auto(uint32_t set) {
     auto it = live_.find(set);
     if (it != live_.end()) return it->second.get();
-    if (live_.size() >= kMaxLiveMemo) live_.clear();
+    if (live_.size() >= kMaxLiveMemo || live_cells_ > kMaxLiveCells) {
+      live_.clear();
+      live_cells_ = 0;
+    }
     std::unique_ptr<LiveAuto>& out = live_[set];
     // A grammar whose sets keep failing after many steps (an ambiguous pattern whose sets
     // grow without end, key automata past the bounds) stops trying: each try cost 0.2-1.7 ms.
@@ -2909,9 +2948,12 @@ struct Classifier {
       detail::test_walk_counters.live_holes.fetch_add(1, std::memory_order_relaxed);
     }
     la->k = static_cast<uint32_t>(labels_.size());
+    if (la->k > 12)
+      detail::test_walk_counters.live_many_labels.fetch_add(1, std::memory_order_relaxed);
     la->table = label_table();
     la->next = label_next_;
     for (const auto& e : label_queue_) la->sets.push_back(e.set);
+    live_cells_ += la->next.size();
     out = std::move(la);
     return out.get();
   }
