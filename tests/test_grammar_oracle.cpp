@@ -1037,6 +1037,35 @@ TEST_P(Oracle, NamesLeftOutOfAnyKeyMasksEqual) {
   EXPECT_GT(stats.steps, cases.size() * 12);
 }
 
+// An unanchored search for a run, as a `pattern` of `[A-Fa-f0-9]{64}` is written: each hex
+// digit read adds a stack (the run may start at any of them), up to one more than the run's
+// length, and a non-digit clears them. A finite automaton all the same, whose sets grow past
+// 32 stacks, where live searches gave up (every root child walked node by node: 9 ms on
+// Github_medium o33928's first character). Random walks and documents, on first use and at
+// compile time.
+TEST_P(Oracle, UnanchoredRunSearchMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::string c = R"g(
+c ::= [^\x00-\x1F"\\] | "\\" ["/\\bfnrt])g";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"g(root ::= "{\"hash\": \"" c* [A-Fa-f0-9]{40} c* "\"}")g" + c,
+       R"j({"hash": "sha1:0beec7b5ea3f0fdbc95d0dd47f3c5bc275da8a33 (ok)"})j"},
+      {R"g(root ::= "\"" c* [0-9]{36} "\"")g" + c, R"("id 123456789012345678901234567890123456")"}};
+  const uint64_t large0 = detail::test_walk_counters.live_large_sets.load();
+  WalkStats stats;
+  size_t text_tokens = 0;
+  const size_t text_steps = walk_cases(fx, cases, 12, 3131, stats, &text_tokens);
+  const uint64_t large = detail::test_walk_counters.live_large_sets.load() - large0;
+  std::printf(
+      "[oracle] %s run searches: live automata with sets over 32 stacks %llu, %zu + %zu "
+      "steps compared\n",
+      GetParam().c_str(), static_cast<unsigned long long>(large), text_steps, stats.steps);
+  EXPECT_GT(large, 4u);
+  EXPECT_EQ(text_steps, text_tokens);
+  EXPECT_GT(stats.steps, cases.size() * 12);
+}
+
 // Live walks of searches whose sets treat code points >= 128 differently within a few
 // ranges: a pattern's `.` (ECMAScript's, without U+2028 and U+2029) leaves those ranges
 // out of the automaton's class, where the walk meets them as exits; `\s`'s spaces above
