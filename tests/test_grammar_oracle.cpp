@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <random>
@@ -998,6 +999,27 @@ k2 ::= "\"" | c2 k0 | "g" k1)g",
   EXPECT_GT(stats.steps, cases.size() * 6);
 }
 
+// The (grammar, text) cases walked as walk_cases does, in each context mode of
+// `inline_modes`, with every text step and enough random steps compared; returns how far
+// `counter` (a test_walk_counters entry) moved meanwhile, printed as `what`.
+uint64_t walk_counting(const VocabFixture& fx, const std::string& vocab,
+                       const std::vector<std::pair<std::string, std::string>>& cases, uint64_t seed,
+                       const std::atomic<uint64_t>& counter,
+                       std::initializer_list<bool> inline_modes, const char* what) {
+  const uint64_t before = counter.load();
+  WalkStats stats;
+  size_t text_tokens = 0, text_steps = 0;
+  for (bool inline_rules : inline_modes) {
+    text_steps += walk_cases(fx, cases, 12, seed, stats, &text_tokens, inline_rules);
+  }
+  const uint64_t moved = counter.load() - before;
+  std::printf("[oracle] %s %s %llu, %zu + %zu steps compared\n", vocab.c_str(), what,
+              static_cast<unsigned long long>(moved), text_steps, stats.steps);
+  EXPECT_EQ(text_steps, text_tokens);
+  EXPECT_GT(stats.steps, cases.size() * 12);
+  return moved;
+}
+
 // The key of an object whose other properties are allowed, as the JSON Schema converter
 // writes it: an automaton over any string that leaves out the names (each state moves on
 // the next letter of some name and sends every other character to the string's rest), so
@@ -1017,24 +1039,11 @@ TEST_P(Oracle, NamesLeftOutOfAnyKeyMasksEqual) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {gbnf, R"({"universal-selector":1,"unknown key":2,"box-model":3})"},
       {gbnf, R"({"underscore":4,"unique-headings":5,"b":6})"}};
-  const uint64_t regions0 = detail::test_walk_counters.live_regions.load();
-  const uint64_t many0 = detail::test_walk_counters.live_many_labels.load();
-  WalkStats stats;
-  size_t text_tokens = 0, text_steps = 0;
-  for (bool inline_rules : {true, false}) {
-    text_steps += walk_cases(fx, cases, 12, 6161, stats, &text_tokens, inline_rules);
-  }
-  const uint64_t regions = detail::test_walk_counters.live_regions.load() - regions0;
-  const uint64_t many = detail::test_walk_counters.live_many_labels.load() - many0;
-  std::printf(
-      "[oracle] %s names left out of a key: live regions %llu, automata of more than 12 labels "
-      "%llu, %zu + %zu steps compared\n",
-      GetParam().c_str(), static_cast<unsigned long long>(regions),
-      static_cast<unsigned long long>(many), text_steps, stats.steps);
-  EXPECT_GT(regions, 0u);
-  EXPECT_GT(many, 20u);
-  EXPECT_EQ(text_steps, text_tokens);
-  EXPECT_GT(stats.steps, cases.size() * 12);
+  // (None before: past 12 labels the search gave up.)
+  EXPECT_GT(
+      walk_counting(fx, GetParam(), cases, 6161, detail::test_walk_counters.live_many_labels,
+                    {true, false}, "names left out of a key: live automata of more than 12 labels"),
+      20u);
 }
 
 // An unanchored search for a run, as a `pattern` of `[A-Fa-f0-9]{64}` is written: each hex
@@ -1052,18 +1061,10 @@ c ::= [^\x00-\x1F"\\] | "\\" ["/\\bfnrt])g";
       {R"g(root ::= "{\"hash\": \"" c* [A-Fa-f0-9]{40} c* "\"}")g" + c,
        R"j({"hash": "sha1:0beec7b5ea3f0fdbc95d0dd47f3c5bc275da8a33 (ok)"})j"},
       {R"g(root ::= "\"" c* [0-9]{36} "\"")g" + c, R"("id 123456789012345678901234567890123456")"}};
-  const uint64_t large0 = detail::test_walk_counters.live_large_sets.load();
-  WalkStats stats;
-  size_t text_tokens = 0;
-  const size_t text_steps = walk_cases(fx, cases, 12, 3131, stats, &text_tokens);
-  const uint64_t large = detail::test_walk_counters.live_large_sets.load() - large0;
-  std::printf(
-      "[oracle] %s run searches: live automata with sets over 32 stacks %llu, %zu + %zu "
-      "steps compared\n",
-      GetParam().c_str(), static_cast<unsigned long long>(large), text_steps, stats.steps);
-  EXPECT_GT(large, 4u);
-  EXPECT_EQ(text_steps, text_tokens);
-  EXPECT_GT(stats.steps, cases.size() * 12);
+  // (None before: past 32 stacks the search gave up.)
+  EXPECT_GT(walk_counting(fx, GetParam(), cases, 3131, detail::test_walk_counters.live_large_sets,
+                          {true}, "run searches: live automata with sets over 32 stacks"),
+            4u);
 }
 
 // Live walks of searches whose sets treat code points >= 128 differently within a few
