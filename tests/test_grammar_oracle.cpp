@@ -950,6 +950,32 @@ ws ::= [ \n]{0,2})g" +
   EXPECT_GT(stats.steps, grammars.size() * 12);
 }
 
+// The (grammar, text) cases walked as walk_cases does, in each context mode of
+// `inline_modes`, with every text step and enough random steps compared; returns how far
+// the `counters` (test_walk_counters entries) moved in all meanwhile, printed as `what`.
+uint64_t walk_counting(const VocabFixture& fx, const std::string& vocab,
+                       const std::vector<std::pair<std::string, std::string>>& cases, uint64_t seed,
+                       std::initializer_list<const std::atomic<uint64_t>*> counters,
+                       std::initializer_list<bool> inline_modes, const char* what) {
+  auto total = [&] {
+    uint64_t n = 0;
+    for (const std::atomic<uint64_t>* c : counters) n += c->load();
+    return n;
+  };
+  const uint64_t before = total();
+  WalkStats stats;
+  size_t text_tokens = 0, text_steps = 0;
+  for (bool inline_rules : inline_modes) {
+    text_steps += walk_cases(fx, cases, 12, seed, stats, &text_tokens, inline_rules);
+  }
+  const uint64_t moved = total() - before;
+  std::printf("[oracle] %s %s %llu, %zu + %zu steps compared\n", vocab.c_str(), what,
+              static_cast<unsigned long long>(moved), text_steps, stats.steps);
+  EXPECT_EQ(text_steps, text_tokens);
+  EXPECT_GT(stats.steps, cases.size() * 12);
+  return moved;
+}
+
 // A key automaton as the JSON Schema converter writes one (KeyClassifier::key_expression):
 // each state a rule whose self-loop comes first and whose moves are a group, so a state
 // tail-calls its group and the group tail-calls the next state. A state is a boundary rule
@@ -982,42 +1008,13 @@ k0 ::= c0* ("\"" | "g" k1)
 k1 ::= "g"* ("\"" | c1 k0 | "i" k2)
 k2 ::= "\"" | c2 k0 | "g" k1)g",
        R"({"plain key":1,"gigi ggi":22,"g":3})"}};
-  const uint64_t walks0 = detail::test_walk_counters.live_walks.load();
-  const uint64_t regions0 = detail::test_walk_counters.live_regions.load();
-  WalkStats stats;
-  size_t text_tokens = 0;
   // Per-rule contexts, where each state is a boundary rule (the mode large schemas get).
-  const size_t text_steps =
-      walk_cases(fx, cases, 12, 5151, stats, &text_tokens, /*inline_rules=*/false);
-  const uint64_t live = detail::test_walk_counters.live_walks.load() - walks0 +
-                        detail::test_walk_counters.live_regions.load() - regions0;
-  std::printf("[oracle] %s key automata: live walks and regions %llu, %zu + %zu steps compared\n",
-              GetParam().c_str(), static_cast<unsigned long long>(live), text_steps, stats.steps);
-  // (3-5 before: the first sets only.)
-  EXPECT_GT(live, 20 * cases.size());
-  EXPECT_EQ(text_steps, text_tokens);
-  EXPECT_GT(stats.steps, cases.size() * 6);
-}
-
-// The (grammar, text) cases walked as walk_cases does, in each context mode of
-// `inline_modes`, with every text step and enough random steps compared; returns how far
-// `counter` (a test_walk_counters entry) moved meanwhile, printed as `what`.
-uint64_t walk_counting(const VocabFixture& fx, const std::string& vocab,
-                       const std::vector<std::pair<std::string, std::string>>& cases, uint64_t seed,
-                       const std::atomic<uint64_t>& counter,
-                       std::initializer_list<bool> inline_modes, const char* what) {
-  const uint64_t before = counter.load();
-  WalkStats stats;
-  size_t text_tokens = 0, text_steps = 0;
-  for (bool inline_rules : inline_modes) {
-    text_steps += walk_cases(fx, cases, 12, seed, stats, &text_tokens, inline_rules);
-  }
-  const uint64_t moved = counter.load() - before;
-  std::printf("[oracle] %s %s %llu, %zu + %zu steps compared\n", vocab.c_str(), what,
-              static_cast<unsigned long long>(moved), text_steps, stats.steps);
-  EXPECT_EQ(text_steps, text_tokens);
-  EXPECT_GT(stats.steps, cases.size() * 12);
-  return moved;
+  // (3-5 live walks and regions before: the first sets only.)
+  EXPECT_GT(walk_counting(
+                fx, GetParam(), cases, 5151,
+                {&detail::test_walk_counters.live_walks, &detail::test_walk_counters.live_regions},
+                {false}, "key automata: live walks and regions"),
+            20 * cases.size());
 }
 
 // The key of an object whose other properties are allowed, as the JSON Schema converter
@@ -1041,7 +1038,7 @@ TEST_P(Oracle, NamesLeftOutOfAnyKeyMasksEqual) {
       {gbnf, R"({"underscore":4,"unique-headings":5,"b":6})"}};
   // (None before: past 12 labels the search gave up.)
   EXPECT_GT(
-      walk_counting(fx, GetParam(), cases, 6161, detail::test_walk_counters.live_many_labels,
+      walk_counting(fx, GetParam(), cases, 6161, {&detail::test_walk_counters.live_many_labels},
                     {true, false}, "names left out of a key: live automata of more than 12 labels"),
       20u);
 }
@@ -1062,9 +1059,10 @@ c ::= [^\x00-\x1F"\\] | "\\" ["/\\bfnrt])g";
        R"j({"hash": "sha1:0beec7b5ea3f0fdbc95d0dd47f3c5bc275da8a33 (ok)"})j"},
       {R"g(root ::= "\"" c* [0-9]{36} "\"")g" + c, R"("id 123456789012345678901234567890123456")"}};
   // (None before: past 32 stacks the search gave up.)
-  EXPECT_GT(walk_counting(fx, GetParam(), cases, 3131, detail::test_walk_counters.live_large_sets,
-                          {true}, "run searches: live automata with sets over 32 stacks"),
-            4u);
+  EXPECT_GT(
+      walk_counting(fx, GetParam(), cases, 3131, {&detail::test_walk_counters.live_large_sets},
+                    {true}, "run searches: live automata with sets over 32 stacks"),
+      4u);
 }
 
 // Live walks of searches whose sets treat code points >= 128 differently within a few

@@ -2580,11 +2580,11 @@ struct Classifier {
       labels.push_back(outside);
     }
   }
+  bool large_live_set_ = false;  // (tests) a set of more than 32 members was queued
   // Finds C and its labels from set0 (labels_, and the automaton on them: label_queue_,
   // label_next_); false where none fits.
   // `live` (live_walk): also a label on which some set dies is dropped from C, up to
   // `max_labels` labels, and C stays broad or nothing is found.
-  bool large_live_set_ = false;  // (tests) a set of more than 32 members was queued
   bool find_labels(uint32_t set0, size_t max_labels = kMaxLabels, bool live = false) {
     large_live_set_ = false;
     Label excl{{0, 0}, false};
