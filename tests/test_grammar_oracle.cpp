@@ -1065,6 +1065,48 @@ c ::= [^\x00-\x1F"\\] | "\\" ["/\\bfnrt])g";
       4u);
 }
 
+// Keys sorted by `patternProperties` that search for a name inside the key (Github_hard
+// o74466's `aggregate|filter|transform` beside named options, o82151's `notifications`), as
+// the converter writes them: an automaton whose first character at a key's start leaves out
+// the letters that start a name or a search. The set there dies on those letters, so a live
+// search dropped them from C, and every node of them below a key's first character was an
+// exit: the key was walked through a cover of the other letters, stopping at each of those
+// nodes (250 root children, 4 ms a first-use mask in o74466). The letters on which only the
+// start set dies now stay in C (their tokens are cleared from the class's bitmask), and a
+// live walk is taken before such a cover where its class has far fewer exits. Random walks
+// and documents, on first use and at compile time, in both context modes.
+TEST_P(Oracle, KeyStartDeadLettersLiveMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::string options = json_schema_to_gbnf(R"({"type": "object", "properties": {
+      "debug": {"type": "boolean"}, "groupby": {"type": "string"}, "insert_key": {"type": "object"}},
+      "patternProperties": {"aggregate|filter|transform": {"type": "object"}},
+      "additionalProperties": false})");
+  const std::string notifications = json_schema_to_gbnf(R"({"type": "object", "patternProperties": {
+      "hipchat": {"type": "object", "properties": {"room": {"type": "string"}}},
+      "github": {"type": "object", "properties": {"token": {"type": "string"}}},
+      ".*": {"type": "object", "properties": {"level": {"type": "integer"}}}}})");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {options, R"({"debug":true,"my aggregate":{},"pre-filter-post":{"x":1},"groupby":"k"})"},
+      {notifications,
+       R"({"hipchat":{"room":"r1","level":1},"ghhg github":{"token":"t"},"hip":{}})"},
+      // No other stack takes a, f or g first: tokens that start with one must be refused.
+      {R"g(root ::= "\"" [^"\\afg] s
+s ::= [^"\\afg]* ("\"" | [afg] t)
+t ::= [^"\\afg]* ("\"" | [afg] s))g",
+       R"("hello afg fog at")"},
+      // The start set comes back (after a, b or c), where it dies on them again: not live.
+      {R"g(root ::= "\"" k
+k ::= [^"\\abc] m
+m ::= [abc] k | [^"\\abc] m | "\"")g",
+       R"("xa bxcz yy")"}};
+  // (None before: the start set's dead letters were dropped from C.)
+  EXPECT_GT(
+      walk_counting(fx, GetParam(), cases, 7171, {&detail::test_walk_counters.live_dead_starts},
+                    {false}, "keys whose start set dies on some letters: live walks keeping them"),
+      4u);
+}
+
 // Live walks of searches whose sets treat code points >= 128 differently within a few
 // ranges: a pattern's `.` (ECMAScript's, without U+2028 and U+2029) leaves those ranges
 // out of the automaton's class, where the walk meets them as exits; `\s`'s spaces above

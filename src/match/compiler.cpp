@@ -1518,6 +1518,22 @@ struct Classifier {
     const WalkStates::Run r0 = states.run(set0, height);
     if (r0.next == 0 || !broad(class_key(r0))) return;
     WalkStates::Run r1 = states.run_class(r0.next);
+    // The set after C0 moves on more than a few printable code points outside its run (a
+    // pattern's automaton over a key, beyond the quote and backslash of a string's loop):
+    // the cover's class would leave out those letters, and the walk would go on at every
+    // node of them below a code point of C1 (250 root children, 4 ms a first-use mask in
+    // Github_hard o74466). A live walk takes the automaton's letters inside its class.
+    {
+      const CharSet& f = states.first(r0.next);
+      uint64_t beyond[2];
+      for (int h = 0; h < 2; ++h) {
+        beyond[h] = (f.any ? ~uint64_t{0} : f.negated ? ~f.ascii[h] : f.ascii[h]) & ~r1.ascii[h];
+      }
+      if (printable_count(beyond) > 2) {
+        const std::vector<uint32_t>* cover_exits = class_exits(r1);
+        if (cover_exits != nullptr && live_instead(set0, cover_exits->size() / 4)) return;
+      }
+    }
     // The tokens covered are at most `len` code points long (kUnbounded: any length).
     uint32_t len = r0.depth;
     // C0 may also take code points C1 does not (`.{0,50} "<END>"`: any code point first,
@@ -1681,15 +1697,19 @@ struct Classifier {
   std::vector<uint32_t> bounded_cover_{};
   static constexpr uint32_t kMinBoundedCover = 1;
   static constexpr uint32_t kMaxLiveOverBounded = 8;
+  static constexpr size_t kMaxLiveInsteadExits = 8192;
   // Whether set0 is a live automaton (outside an observed walk), which a live walk serves
   // better than the cover being set up: the cover is then left unset. Such a search does
   // not count towards giving live walks up.
-  bool live_instead(uint32_t set0) {
+  bool live_instead(uint32_t set0, size_t max_exits = SIZE_MAX) {
     if (obs_base != kNoObserve) return false;
     live_optional_ = true;
-    const bool live = live_auto(set0) != nullptr;
+    const LiveAuto* la = live_auto(set0, true);
     live_optional_ = false;
-    return live;
+    if (la == nullptr) return false;
+    if (max_exits == SIZE_MAX && (la->dead0[0] | la->dead0[1]) == 0) return true;
+    const std::vector<uint32_t>* exits = class_exits(la->cls);
+    return exits != nullptr && exits->size() <= std::min(max_exits, kMaxLiveInsteadExits);
   }
 
   // The tokens of at most n full code points as a bitmask (SharedMasks::tokens_up_to),
@@ -2585,7 +2605,11 @@ struct Classifier {
   // label_next_); false where none fits.
   // `live` (live_walk): also a label on which some set dies is dropped from C, up to
   // `max_labels` labels, and C stays broad or nothing is found.
-  bool find_labels(uint32_t set0, size_t max_labels = kMaxLabels, bool live = false) {
+  // `dead0` (live): ASCII code points on which set0 alone dies stay in C (set0 has no
+  // transition on them; dead0_ holds them), where they were dropped from it.
+  uint64_t dead0_[2] = {0, 0};
+  bool find_labels(uint32_t set0, size_t max_labels = kMaxLabels, bool live = false,
+                   bool dead0 = false) {
     large_live_set_ = false;
     Label excl{{0, 0}, false};
     uint16_t holes = 0;  // live: the code points >= 128 left out of C (set_label_holes)
@@ -2600,6 +2624,7 @@ struct Classifier {
       label_state_of_.clear();
       local_off_.assign(1, 0);
       local_.clear();
+      dead0_[0] = dead0_[1] = 0;
       label_queue_.push_back({set0, Label{{0, 0}, false}, SIZE_MAX});
       label_state_of_.emplace(set0, 0);
       bool again = false;
@@ -2669,6 +2694,12 @@ struct Classifier {
         if (live && (label_steps_ += local_scratch_.size()) > kMaxLiveSteps) return false;
         for (const Label& l : local_scratch_) {
           const uint32_t v = states.step(s, label_rep(l));
+          if (dead0 && qi == 0 && v == 0 && !l.non_ascii) {
+            dead0_[0] |= l.ascii[0];
+            dead0_[1] |= l.ascii[1];
+            local_.push_back({l, 0});
+            continue;
+          }
           // Some member leaves the context on this label (live: or the set dies on it).
           if ((v & 1u) != 0 || (live && v == 0)) {
             // Live: the rarer of that label and the rarest one on the way here (the
@@ -2690,6 +2721,12 @@ struct Classifier {
       }
       if (!again) {
         if (labels_.size() == 1 && label_empty(labels_[0])) return false;
+        // A set that comes back to set0 would meet its dead code points past the start.
+        if ((dead0_[0] | dead0_[1]) != 0) {
+          for (const LocalLabel& e : local_) {
+            if (e.next == set0) return false;
+          }
+        }
         // The automaton on local states (0: set0): label_next_[q * k + l], read from each
         // set's own labels (C's labels refine them: each lies within one).
         const size_t k = labels_.size();
@@ -2914,6 +2951,7 @@ struct Classifier {
   // cover: live_walk); inside a walk, the tokens of a subtree between its exits (live_region).
   struct LiveAuto {
     Label cls;                   // C
+    uint64_t dead0[2] = {0, 0};  // code points of C on which the start set dies
     uint32_t k = 0;              // labels
     std::vector<uint32_t> sets;  // per local state (0: the start)
     std::vector<uint32_t> next;  // next[q * k + label]
@@ -2929,32 +2967,42 @@ struct Classifier {
     }
   };
   // Per set (null: not live), until the walk states forget their sets.
-  std::unordered_map<uint32_t, std::unique_ptr<LiveAuto>> live_{};
+  std::unordered_map<uint64_t, std::unique_ptr<LiveAuto>> live_{};  // by set and dead0
   static constexpr size_t kMaxLiveMemo = 4096;
   // And at most this many transitions in all (up to 256 sets x 40 labels each).
   static constexpr size_t kMaxLiveCells = size_t{1} << 21;
   size_t live_cells_ = 0;
   size_t live_costly_ = 0, live_found_ = 0;
   static constexpr size_t kCostlyLiveSteps = 64, kMaxCostlyLive = 4;
-  const LiveAuto* live_auto(uint32_t set) {
-    auto it = live_.find(set);
+  static constexpr int kMaxDeadStart = 80;
+  // `dead0`: where set0 is a context's start (live_walk), the code points on which it alone
+  // dies may stay in C (find_labels).
+  const LiveAuto* live_auto(uint32_t set, bool dead0 = false) {
+    const uint64_t key = (uint64_t{set} << 1) | (dead0 ? 1u : 0u);
+    auto it = live_.find(key);
     if (it != live_.end()) return it->second.get();
     if (live_.size() >= kMaxLiveMemo || live_cells_ > kMaxLiveCells) {
       live_.clear();
       live_cells_ = 0;
     }
-    std::unique_ptr<LiveAuto>& out = live_[set];
+    std::unique_ptr<LiveAuto>& out = live_[key];
     // A grammar whose sets keep failing after many steps (an ambiguous pattern whose sets
     // grow without end, key automata past the bounds) stops trying: each try cost 0.2-1.7 ms.
     if (live_costly_ >= kMaxCostlyLive && live_costly_ > live_found_) return nullptr;
-    if (printable_count(states.first(set).ascii) < kMinExitClassPrintable) return nullptr;
-    if (!find_labels(set, kMaxLiveLabels, true)) {
+    // (With dead0, C holds the code points on which set dies too: find_labels checks C.)
+    if (!dead0 && printable_count(states.first(set).ascii) < kMinExitClassPrintable) {
+      return nullptr;
+    }
+    if (!find_labels(set, kMaxLiveLabels, true, dead0) ||
+        __builtin_popcountll(dead0_[0]) + __builtin_popcountll(dead0_[1]) > kMaxDeadStart) {
       if (label_steps_ > kCostlyLiveSteps && !live_optional_) ++live_costly_;
       return nullptr;
     }
     ++live_found_;
     auto la = std::make_unique<LiveAuto>();
     la->cls = labels_union();  // broad: find_labels checked it in live mode
+    la->dead0[0] = dead0_[0];
+    la->dead0[1] = dead0_[1];
     if (la->cls.holes != 0) {
       detail::test_walk_counters.live_holes.fetch_add(1, std::memory_order_relaxed);
     }
@@ -2990,10 +3038,11 @@ struct Classifier {
   // At a context's start (set0): the tokens of C* as the class's bitmask (cover_bits), the
   // exits walked on; false where set0 is not live. walked_ then holds C.
   bool live_walk(uint32_t set0) {
-    const LiveAuto* la = live_auto(set0);
+    const LiveAuto* la = live_auto(set0, true);
     if (la == nullptr) return false;
     const std::vector<uint32_t>* exits = class_exits(la->cls);
     if (exits == nullptr) return false;
+    if ((la->dead0[0] | la->dead0[1]) != 0 && exits->size() > kMaxLiveInsteadExits) return false;
     const std::vector<uint32_t>* bits = class_tokens(la->cls);
     if (bits == nullptr) return false;
     detail::test_walk_counters.live_walks.fetch_add(1, std::memory_order_relaxed);
@@ -3002,6 +3051,21 @@ struct Classifier {
     cover_set = 0;  // (no walked frame is covered: covered() never holds)
     cover_first = la->cls;
     walked_ = la->cls;
+    // The code points of C on which set0 dies (the first letters of an object's names, at
+    // the start of a key that is none of them, where what follows is a pattern's automaton):
+    // their tokens are cleared from the class's, and the root's children there are not
+    // walked (walked_ holds them). Before, they were left out of C, whose exits were then
+    // every node of those letters below a code point of C: 2-3 ms a first-use mask.
+    if ((la->dead0[0] | la->dead0[1]) != 0) {
+      detail::test_walk_counters.live_dead_starts.fetch_add(1, std::memory_order_relaxed);
+      cover_first.ascii[0] &= ~la->dead0[0];
+      cover_first.ascii[1] &= ~la->dead0[1];
+      for (uint32_t j : tokens.root_children()) {
+        if (in_class({{la->dead0[0], la->dead0[1]}, false}, tokens.trie()[j].cp)) {
+          cover_clear.push_back(j);
+        }
+      }
+    }
     const auto& trie = tokens.trie();
     const auto& tt = tokens.trie_tokens();
     const auto& depth_of = tokens.node_depth();
