@@ -63,6 +63,26 @@ TEST(JsonSchemaObject, AdditionalProperties) {
                   {R"({"a":1})", "{}"}, {R"({"x":1})"});
 }
 
+// A key beside names that start with many letters: its first character's class leaves out
+// those letters and reaches the last code point, and is written negated, as the string's own
+// class is (positive, ending in `x-\U0010FFFF`, it treated the code points above ASCII apart
+// from the rest of the string, and the engine's live search found no uniform set there).
+TEST(JsonSchemaObject, KeyBesideManyNamesIsANegatedClass) {
+  std::string schema = R"({"type":"object","properties":{)";
+  for (const char* n : {"alpha", "beta", "delta", "echo", "golf", "hotel", "india", "lima", "mike",
+                        "oscar", "papa", "romeo", "sierra", "tango", "victor", "whiskey"}) {
+    schema += "\"" + std::string(n) + "\":{\"type\":\"integer\"},";
+  }
+  schema.back() = '}';
+  schema += "}";
+  const std::string gbnf = lacuna::json_schema_to_gbnf(schema);
+  EXPECT_EQ(gbnf.find("\\U0010FFFF]"), std::string::npos) << gbnf;
+  EXPECT_NE(gbnf.find("abdeg-ilmopr-tvw]"), std::string::npos) << gbnf;
+  Lang l(schema);
+  expect_language(l, {R"({"alpha":1,"zulu":"z","été":[]})", R"({"x":{},"papa":2})"},
+                  {R"({"alpha":"s"})", R"({"papa":1,"papa":2})"});
+}
+
 TEST(JsonSchemaObject, PatternProperties) {
   Lang l(R"({"type":"object","patternProperties":{"^x-":{"type":"integer"}},
              "additionalProperties":false})");
