@@ -1074,7 +1074,7 @@ c ::= [^\x00-\x1F"\\] | "\\" ["/\\bfnrt])g";
 // nodes (250 root children, 4 ms a first-use mask in o74466). The letters on which only the
 // start set dies now stay in C (their tokens are cleared from the class's bitmask), and a
 // live walk is taken before such a cover where its class has far fewer exits. Random walks
-// and documents, on first use and at compile time, in both context modes.
+// and documents, on first use and at compile time, in per-rule mode.
 TEST_P(Oracle, KeyStartDeadLettersLiveMasksEqual) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";

@@ -1524,11 +1524,8 @@ struct Classifier {
     // node of them below a code point of C1 (250 root children, 4 ms a first-use mask in
     // Github_hard o74466). A live walk takes the automaton's letters inside its class.
     {
-      const CharSet& f = states.first(r0.next);
-      uint64_t beyond[2];
-      for (int h = 0; h < 2; ++h) {
-        beyond[h] = (f.any ? ~uint64_t{0} : f.negated ? ~f.ascii[h] : f.ascii[h]) & ~r1.ascii[h];
-      }
+      const CharSet& f = states.first(r0.next);  // (positive: its ascii bits are its members)
+      const uint64_t beyond[2] = {f.ascii[0] & ~r1.ascii[0], f.ascii[1] & ~r1.ascii[1]};
       if (printable_count(beyond) > 2) {
         const std::vector<uint32_t>* cover_exits = class_exits(r1);
         if (cover_exits != nullptr && live_instead(set0, cover_exits->size() / 4)) return;
@@ -1623,11 +1620,18 @@ struct Classifier {
     cover_first.holes = r1.holes;
     cover_class_ = class_key(r1);
     cover_len_ = limits ? len : WalkStates::kUnbounded;
+    clear_root_children(only1);
+  }
+  // cover_clear: the root's children at the ASCII code points `cps` (their tokens leave the
+  // cover's bitmask). The root's children come in code-point order, ASCII first.
+  void clear_root_children(const uint64_t cps[2]) {
     cover_clear.clear();
+    if ((cps[0] | cps[1]) == 0) return;
     const auto& trie = tokens.trie();
     for (uint32_t j : tokens.root_children()) {
       const uint32_t cp = trie[j].cp;
-      if (in_class({{only1[0], only1[1]}, false}, cp)) cover_clear.push_back(j);
+      if (cp >= 128) break;
+      if (in_class({{cps[0], cps[1]}, false}, cp)) cover_clear.push_back(j);
     }
   }
 
@@ -1707,7 +1711,7 @@ struct Classifier {
     const LiveAuto* la = live_auto(set0, true);
     live_optional_ = false;
     if (la == nullptr) return false;
-    if (max_exits == SIZE_MAX && (la->dead0[0] | la->dead0[1]) == 0) return true;
+    if (max_exits == SIZE_MAX && !la->dies_at_start()) return true;
     const std::vector<uint32_t>* exits = class_exits(la->cls);
     return exits != nullptr && exits->size() <= std::min(max_exits, kMaxLiveInsteadExits);
   }
@@ -2952,6 +2956,7 @@ struct Classifier {
   struct LiveAuto {
     Label cls;                   // C
     uint64_t dead0[2] = {0, 0};  // code points of C on which the start set dies
+    bool dies_at_start() const { return (dead0[0] | dead0[1]) != 0; }
     uint32_t k = 0;              // labels
     std::vector<uint32_t> sets;  // per local state (0: the start)
     std::vector<uint32_t> next;  // next[q * k + label]
@@ -3042,7 +3047,7 @@ struct Classifier {
     if (la == nullptr) return false;
     const std::vector<uint32_t>* exits = class_exits(la->cls);
     if (exits == nullptr) return false;
-    if ((la->dead0[0] | la->dead0[1]) != 0 && exits->size() > kMaxLiveInsteadExits) return false;
+    if (la->dies_at_start() && exits->size() > kMaxLiveInsteadExits) return false;
     const std::vector<uint32_t>* bits = class_tokens(la->cls);
     if (bits == nullptr) return false;
     detail::test_walk_counters.live_walks.fetch_add(1, std::memory_order_relaxed);
@@ -3056,15 +3061,11 @@ struct Classifier {
     // their tokens are cleared from the class's, and the root's children there are not
     // walked (walked_ holds them). Before, they were left out of C, whose exits were then
     // every node of those letters below a code point of C: 2-3 ms a first-use mask.
-    if ((la->dead0[0] | la->dead0[1]) != 0) {
+    if (la->dies_at_start()) {
       detail::test_walk_counters.live_dead_starts.fetch_add(1, std::memory_order_relaxed);
       cover_first.ascii[0] &= ~la->dead0[0];
       cover_first.ascii[1] &= ~la->dead0[1];
-      for (uint32_t j : tokens.root_children()) {
-        if (in_class({{la->dead0[0], la->dead0[1]}, false}, tokens.trie()[j].cp)) {
-          cover_clear.push_back(j);
-        }
-      }
+      clear_root_children(la->dead0);
     }
     const auto& trie = tokens.trie();
     const auto& tt = tokens.trie_tokens();
@@ -4111,7 +4112,8 @@ class ContextClassifier {
     // A component's refinement: callers of each member within it (by member index), the
     // members of each local class, the classes to sign again, the members moved this round,
     // and the class each of the round's signatures goes to.
-    std::vector<uint32_t> caller_off, callers, caller_fill, todo_classes, moved;
+    std::vector<uint32_t> caller_off, callers, caller_fill, todo_classes;
+    std::vector<std::pair<uint32_t, uint32_t>> moved;  // (member, its new class)
     std::vector<std::vector<uint32_t>> class_members;
     std::vector<uint8_t> class_dirty;
     std::vector<uint32_t> sid_class;  // by signature id of the round
@@ -4220,15 +4222,12 @@ class ContextClassifier {
             first = false;
             const uint32_t to = sid_class[sid];
             class_members[to].push_back(idx);
-            if (to != c) moved.push_back(idx);
+            if (to != c) moved.emplace_back(idx, to);
           }
         }
         // The round's signatures all read the classes as they were when it began.
-        for (uint32_t c = 0; c < class_members.size(); ++c) {
-          if (class_members[c].empty() || local[mb[class_members[c][0]]] == c) continue;
-          for (uint32_t idx : class_members[c]) local[mb[idx]] = c;
-        }
-        for (uint32_t idx : moved) {
+        for (const auto& [idx, to] : moved) local[mb[idx]] = to;
+        for (const auto& [idx, to] : moved) {
           for (uint32_t j = caller_off[idx]; j < caller_off[idx + 1]; ++j) {
             class_dirty[local[mb[callers[j]]]] = 1;
           }
