@@ -1107,6 +1107,33 @@ m ::= [abc] k | [^"\\abc] m | "\"")g",
       4u);
 }
 
+// Literals (an object's keys, keywords) are followed down the trie without a set per code
+// point while the next element is one ASCII code point too; the set is made where that run
+// ends. Keys of an object with many properties, literals ending a rule, before a class,
+// before a reference, inside a repetition, next to non-ASCII ones (not followed that way),
+// and a run of one letter. Random walks and documents, in both context modes.
+TEST_P(Oracle, LiteralRunsMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::string config = json_schema_to_gbnf(R"({"type": "object", "properties": {
+      "AccessModifierOffset": {"type": "integer"}, "AlignAfterOpenBracket": {"enum": ["Align", "DontAlign"]},
+      "AlignConsecutiveMacros": {"type": "boolean"}, "AllowShortBlocksOnASingleLine": {"type": "boolean"},
+      "BasedOnStyle": {"enum": ["LLVM", "Google", "Chromium"]}, "ColumnLimit": {"type": "integer"},
+      "IndentWidth": {"type": "integer"}, "UseTab": {"enum": ["Never", "Always"]}}})");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {config, R"({"AlignAfterOpenBracket":"Align","BasedOnStyle":"Google","IndentWidth":4})"},
+      {R"g(root ::= ("function" [ ]+ name "(" ")" | "return" [ ]+ name ";" | "null") [\n]?
+name ::= [a-z]+ | "undefined" | "café" "s"?)g",
+       R"(function undefined()
+)"},
+      {R"g(root ::= "aaaaaaaaaaaaaaaa" "b"? ("naïve" | "résumé") "xyzzy")g",
+       R"(aaaaaaaaaaaaaaaanaïvexyzzy)"},
+      {R"g(root ::= ("<tag>" [a-z]{1,8} "</tag>"){1,3})g", R"(<tag>hello</tag><tag>w</tag>)"}};
+  EXPECT_GT(walk_counting(fx, GetParam(), cases, 9191, {&detail::test_walk_counters.literal_runs},
+                          {false, true}, "literals followed without a set per code point"),
+            8u);
+}
+
 // Live walks of searches whose sets treat code points >= 128 differently within a few
 // ranges: a pattern's `.` (ECMAScript's, without U+2028 and U+2029) leaves those ranges
 // out of the automaton's class, where the walk meets them as exits; `\s`'s spaces above

@@ -405,6 +405,7 @@ struct WalkCounters {
   std::atomic<uint64_t> live_many_labels{0};  // live automata of more than 12 labels
   std::atomic<uint64_t> live_large_sets{0};   // live automata with a set of more than 32 stacks
   std::atomic<uint64_t> live_dead_starts{0};  // live walks whose start set dies on some of C
+  std::atomic<uint64_t> literal_runs{0};      // literals followed without a set per code point
   std::atomic<uint64_t> same_masks{0};        // masks found equal to one computed before
   std::atomic<uint64_t> top_frame_checks{0};  // stack checks found under their top frames
   std::atomic<uint64_t> unobserved_family_walks{0};  // family levels that could not share

@@ -3205,6 +3205,77 @@ struct Classifier {
     drain();
   }
 
+  // A frame inside the context that takes one ASCII code point next (a key's or a
+  // keyword's letters): only that child goes on (literal_run). The ways of taking a
+  // subtree at once each need the set's run, and a literal's sets are met once.
+  bool literal_step(const Frame& c) const {
+    if (c.set == 0 || c.exited || c.fset != 0 || c.fexited || c.pending || obs_base != kNoObserve) {
+      return false;
+    }
+    const CharSet& f = *c.first;
+    return !f.any && !f.negated && f.ranges.size() == 1 && f.ranges[0].lo == f.ranges[0].hi &&
+           f.ranges[0].lo < 128;
+  }
+
+  // From node j and its frame c (literal_step): where c's set is one stack whose next two
+  // elements are one ASCII code point each, the walk follows the literal down the trie
+  // without a set per node. Each node on the way takes its tokens that end on a whole
+  // code point (a partial tail needs a code point >= 128 next), and the set where the
+  // literal's run of such elements ends is made once, from the stack a position further
+  // on. (An object's keys made a set per letter of every key, each stepped, interned and
+  // given its first code points: most of a key's 3-5 µs.)
+  void literal_run(uint32_t j, const Frame& c) {
+    uint32_t n = 0;
+    const uint32_t stack = *states.members(c.set, &n);
+    const auto& trie = tokens.trie();
+    const auto& tt = tokens.trie_tokens();
+    uint32_t at = j, depth = c.depth, q = n == 1 ? pool.pos(stack) : 0;
+    int cp = n == 1 ? literal_cp(q) : -1;
+    for (int next; cp >= 0 && (next = literal_cp(q + 1)) >= 0; cp = next, ++q) {
+      const uint32_t k = child_with(at, static_cast<uint32_t>(cp));
+      if (k == kNoChild) return;
+      tick();
+      for (uint32_t t = trie[k].tok_begin; t < trie[k].tok_end; ++t) {
+        if (tt[t].partial.n_remain != 0) continue;
+        if (!no_text.empty() && no_text[static_cast<size_t>(tt[t].id)]) continue;
+        accepted.push_back(tt[t].id);
+      }
+      if (trie[k].end == k + 1) return;  // a leaf
+      at = k;
+      ++depth;
+    }
+    if (at == j) {
+      frames.push_back(c);
+    } else {
+      detail::test_walk_counters.literal_runs.fetch_add(1, std::memory_order_relaxed);
+      literal_scratch_.assign(1, pool.make(q, pool.parent(stack)));
+      frames.push_back(make_frame(states.intern(literal_scratch_), 0, depth, false, false, false));
+    }
+    queue_children(at, static_cast<uint32_t>(frames.size() - 1));
+  }
+  std::vector<uint32_t> literal_scratch_{};
+  static constexpr uint32_t kNoChild = 0xFFFFFFFFu;
+  // The code point of element q where it is one ASCII code point, else -1.
+  int literal_cp(uint32_t q) const {
+    const auto& e = g.elems[q];
+    if (e.kind != detail::kChars) return -1;
+    const CharSet& cs = g.charsets[e.arg];
+    if (cs.any || cs.negated || cs.ranges.size() != 1 || cs.ranges[0].lo != cs.ranges[0].hi ||
+        cs.ranges[0].lo >= 128) {
+      return -1;
+    }
+    return static_cast<int>(cs.ranges[0].lo);
+  }
+  // Node j's child of code point cp, or kNoChild.
+  uint32_t child_with(uint32_t j, uint32_t cp) const {
+    const auto& off = tokens.child_offsets();
+    const auto& kids = tokens.child_nodes();
+    const auto& trie = tokens.trie();
+    auto it = std::lower_bound(kids.begin() + off[j], kids.begin() + off[j + 1], cp,
+                               [&](uint32_t idx, uint32_t v) { return trie[idx].cp < v; });
+    return it != kids.begin() + off[j + 1] && trie[*it].cp == cp ? *it : kNoChild;
+  }
+
   // Walks the nodes queued in `todo`, each from its frame.
   void drain() {
     const auto& trie = tokens.trie();
@@ -3228,6 +3299,10 @@ struct Classifier {
       // Where the context may end, only runs of broad classes: a narrow class's runs are
       // short, and computing them (a step per code point of each set) cost more than the
       // walk they saved (a 253-word alternation: 3.5x the mask time).
+      if (literal_step(c)) {
+        literal_run(j, c);
+        continue;
+      }
       const bool wide = c.first != nullptr && broad(*c.first);
       const bool quiet_exit = !c.exited || (quiet() && wide);
       bool taken =
