@@ -1107,6 +1107,27 @@ m ::= [abc] k | [^"\\abc] m | "\"")g",
       4u);
 }
 
+// A search that moves on one letter beyond the quote and backslash of a string's loop
+// (patternProperties `after_[create|update|destroy]`: each `a` may start a match). The
+// cover of the other code points stopped at every node of an `a` below the key's first
+// character (13,000 nodes, 2.5 ms a first-use mask in Github_medium o45263); a live walk
+// is taken there now where its class has far fewer exits than that letter has nodes.
+// Random walks and documents, in both context modes.
+TEST_P(Oracle, KeySearchOneLetterLiveMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::string hooks = json_schema_to_gbnf(R"({"type": "object", "properties": {
+      "hook": {"type": "object", "patternProperties": {
+          "after_[create|update|destroy]": {"type": "array", "items": {"type": "string"}}}}}})");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {hooks, R"({"hook":{"after_create":["a"],"a nice day":1,"banana after_u":[]}})"},
+      {R"g(root ::= "\"" [^"\\a]* "a" [^"\\]* "\"")g", R"("banana split")"}};
+  EXPECT_GT(
+      walk_counting(fx, GetParam(), cases, 8181, {&detail::test_walk_counters.live_over_letters},
+                    {false, true}, "searches moving on one letter: live walks before a cover"),
+      1u);
+}
+
 // Literals (an object's keys, keywords) are followed down the trie without a set per code
 // point while the next element is one ASCII code point too; the set is made where that run
 // ends. Keys of an object with many properties, literals ending a rule, before a class,

@@ -399,15 +399,16 @@ struct WalkCounters {
   std::atomic<uint64_t> leave_walks{0}, no_mask{0}, state_resets{0};
   std::atomic<uint64_t> live_walks{0}, live_regions{0};  // live_walk, live_region taken
   std::atomic<uint64_t> exit_states_reused{0};  // live walks that found their exits' states known
-  std::atomic<uint64_t> depth_bounds{0};      // runs whose depth was followed only as far as asked
-  std::atomic<uint64_t> capped_walks{0};      // walks stopped past the deep threshold (no mask)
-  std::atomic<uint64_t> live_holes{0};        // live automata whose class leaves out high ranges
-  std::atomic<uint64_t> live_many_labels{0};  // live automata of more than 12 labels
-  std::atomic<uint64_t> live_large_sets{0};   // live automata with a set of more than 32 stacks
-  std::atomic<uint64_t> live_dead_starts{0};  // live walks whose start set dies on some of C
-  std::atomic<uint64_t> literal_runs{0};      // literals followed without a set per code point
-  std::atomic<uint64_t> same_masks{0};        // masks found equal to one computed before
-  std::atomic<uint64_t> top_frame_checks{0};  // stack checks found under their top frames
+  std::atomic<uint64_t> depth_bounds{0};       // runs whose depth was followed only as far as asked
+  std::atomic<uint64_t> capped_walks{0};       // walks stopped past the deep threshold (no mask)
+  std::atomic<uint64_t> live_holes{0};         // live automata whose class leaves out high ranges
+  std::atomic<uint64_t> live_many_labels{0};   // live automata of more than 12 labels
+  std::atomic<uint64_t> live_large_sets{0};    // live automata with a set of more than 32 stacks
+  std::atomic<uint64_t> live_dead_starts{0};   // live walks whose start set dies on some of C
+  std::atomic<uint64_t> live_over_letters{0};  // live walks taken for letters past a cover's run
+  std::atomic<uint64_t> literal_runs{0};       // literals followed without a set per code point
+  std::atomic<uint64_t> same_masks{0};         // masks found equal to one computed before
+  std::atomic<uint64_t> top_frame_checks{0};   // stack checks found under their top frames
   std::atomic<uint64_t> unobserved_family_walks{0};  // family levels that could not share
 };
 inline WalkCounters test_walk_counters;
