@@ -1128,6 +1128,40 @@ TEST_P(Oracle, KeySearchOneLetterLiveMasksEqual) {
       1u);
 }
 
+// Chains whose top element is a class of several code points, alike below it (by
+// structural class, the stacks past their end too): each root child's walk is kept from the
+// second such chain on and read back by the others. The first character of a key in
+// objects that each name a few properties and take any other (a class leaving out the
+// names' first letters, then the rest of the key), strings of one class before different
+// closings, and a class whose chains end in different places (not shared). Random walks
+// and documents, in both context modes.
+TEST_P(Oracle, KidMemoMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  // Objects that take any other property, and objects whose other properties are numbers
+  // or strings: their keys' first characters are alike up to the key's end, after which
+  // `":"` goes on in a string only.
+  const std::string objects = json_schema_to_gbnf(R"({"type": "object", "properties": {
+      "a": {"type": "object", "properties": {"name": {"type": "string"}, "tag": {"type": "string"}}},
+      "b": {"type": "object", "properties": {"url": {"type": "string"}, "port": {"type": "integer"}}},
+      "c": {"type": "object", "properties": {"kind": {"type": "string"}, "size": {"type": "integer"}}},
+      "d": {"type": "array", "items": {"type": "object", "properties": {"id": {"type": "integer"}}}},
+      "e": {"type": "object", "properties": {"x": {"type": "string"}}, "additionalProperties": {"type": "integer"}},
+      "f": {"type": "object", "properties": {"y": {"type": "string"}}, "additionalProperties": {"type": "string"}},
+      "g": {"type": "object", "properties": {"z": {"type": "string"}}, "additionalProperties": {"type": "integer"}},
+      "h": {"type": "object", "properties": {"w": {"type": "string"}}, "additionalProperties": {"type": "string"}}}})");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {objects,
+       R"({"a":{"name":"x","other":[1,"q"]},"b":{"url":"u","zz":{"k":null}},"c":{"x y":"\"z"},"d":[{"id":1,"id2":"w"}],"e":{"n":1},"f":{"s":"t"},"g":{"m":2},"h":{"v":"u"}})"},
+      {R"g(root ::= "<" w "|" w "|" v ">"
+w ::= [^|<>\\] [^|<>]* | [a-z] "!"
+v ::= [^|<>\\] [^|<>]* "."?)g",
+       R"(<hello world|a!|tail end.>)"}};
+  EXPECT_GT(walk_counting(fx, GetParam(), cases, 5151, {&detail::test_walk_counters.kid_memo_hits},
+                          {false, true}, "root children read from a kid memo"),
+            10u);
+}
+
 // Literals (an object's keys, keywords) are followed down the trie without a set per code
 // point while the next element is one ASCII code point too; the set is made where that run
 // ends. Keys of an object with many properties, literals ending a rule, before a class,

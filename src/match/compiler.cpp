@@ -1169,6 +1169,31 @@ struct Classifier {
       if (Clock::now() >= deadline) throw detail::WalkAbandoned{};
     }
   }
+  // What walk_subtree added for each root child walked from the start set of contexts
+  // whose code points after the first are walked alike (ContextClassifier::classify):
+  // a key's first character, a class that leaves out the letters the names start with,
+  // then the rest of the key, in every object of a schema (six such contexts of 100-140
+  // µs each, 1,700 trie nodes, on one mask of Github_ultra o41081). A child's walk depends
+  // on the set its code point steps the start set to, whose structure the memo's key
+  // fixes, and on whether the cover holds the child's frame (covered()): kept per child
+  // and that answer, for one cover class, length and mode.
+  struct KidMemo {
+    struct Slice {
+      uint32_t acc, n_acc, unc, n_unc;
+    };
+    uint32_t uses = 0;  // contexts that asked for it: the first one keeps nothing
+    bool cover_known = false, has_cover = false;
+    detail::SharedMasks::ClassKey cover_class{};
+    uint32_t cover_len = 0;
+    WalkStates::Mode cover_mode = WalkStates::kStrict;
+    std::unordered_map<uint64_t, Slice> kids;
+    std::vector<Token> acc, unc;
+  };
+  KidMemo* kid_memo = nullptr;
+  // Tokens kept by all of one grammar's kid memos together, at most.
+  static constexpr size_t kMaxKidMemoTokens = size_t{1} << 22;
+  size_t kid_memo_tokens = 0;
+
   uint32_t after_end = 0;           // set: the stacks returned to when the context ends
   bool exit_any = false;            // leaving the context makes every longer token uncertain
   size_t uncertain_cap = SIZE_MAX;  // a walk stops (over_cap) with more uncertain tokens
@@ -3377,6 +3402,13 @@ struct Classifier {
     const bool labelled = no_cover && (live_walk(set0) || (label_worth(set0) && label_walk(set0)));
     const bool batch = !labelled && root_stops_apply();
     root_batch_.clear();
+    // (A memo asked for once is not kept: most chains have no other of their kind, and
+    // keeping every child's tokens cost more than a walk of thousands of small children.
+    // Nor without a cover, which holds most tokens as a bitmask: the children's own lists
+    // were then most of the vocabulary, 0.4 -> 0.6 ms to keep for a URL's characters.)
+    KidMemo* memo =
+        labelled || obs_base != kNoObserve || cover_bits == nullptr ? nullptr : kid_memo;
+    if (memo != nullptr && (++memo->uses < 2 || !memo_fits(*memo))) memo = nullptr;
     auto walk_child = [&](uint32_t j) {
       const auto& node = trie[j];
       if (labelled && in_class(walked_, node.cp)) return;  // walked by live_walk or label_walk
@@ -3386,6 +3418,10 @@ struct Classifier {
           root_batch_.push_back(j);
           return;
         }
+      }
+      if (memo != nullptr) {
+        walk_kid(*memo, j, set0);
+        return;
       }
       walk_subtree(j, set0);
     };
@@ -3403,6 +3439,54 @@ struct Classifier {
       for (size_t k = 0; k < kids.size() && !over_cap; ++k) walk_child(kids[k]);
     }
     if (!root_batch_.empty() && !over_cap) walk_root_stops();
+  }
+
+  // Whether a kid memo's results hold under this context's cover (the first context to
+  // use it sets what they hold under).
+  bool memo_fits(KidMemo& m) const {
+    const bool has = cover_bits != nullptr;
+    if (!m.cover_known) {
+      m.cover_known = true;
+      m.has_cover = has;
+      m.cover_class = cover_class_;
+      m.cover_len = cover_len_;
+      m.cover_mode = cover_mode_;
+      return true;
+    }
+    return m.has_cover == has &&
+           (!has || (m.cover_class == cover_class_ && m.cover_len == cover_len_ &&
+                     m.cover_mode == cover_mode_));
+  }
+  // walk_subtree(j, set0) through the memo: the child's tokens as a walk found them before,
+  // else walked and kept.
+  void walk_kid(KidMemo& m, uint32_t j, uint32_t set0) {
+    const uint32_t cp = tokens.trie()[j].cp;
+    // (A child whose code point the start set does not take adds nothing.)
+    const uint32_t v = cp < 128 || states.uniform(set0) || states.first(set0).match(cp)
+                           ? states.step(set0, cp)
+                           : 0;
+    if (v == 0) return;
+    const bool cov = cover_bits != nullptr && in_class(cover_first, cp) && (v >> 1) == cover_set;
+    const uint64_t key = (uint64_t{j} << 2) | (cov ? 2u : 0u) | (v & 1u);
+    if (auto it = m.kids.find(key); it != m.kids.end()) {
+      detail::test_walk_counters.kid_memo_hits.fetch_add(1, std::memory_order_relaxed);
+      const KidMemo::Slice& sl = it->second;
+      accepted.insert(accepted.end(), m.acc.begin() + sl.acc, m.acc.begin() + sl.acc + sl.n_acc);
+      uncertain.insert(uncertain.end(), m.unc.begin() + sl.unc, m.unc.begin() + sl.unc + sl.n_unc);
+      if (uncertain.size() > uncertain_cap) over_cap = true;
+      return;
+    }
+    const size_t a0 = accepted.size(), u0 = uncertain.size();
+    walk_subtree(j, set0);
+    const size_t n = accepted.size() - a0 + uncertain.size() - u0;
+    if (over_cap || kid_memo_tokens + n > kMaxKidMemoTokens) return;
+    kid_memo_tokens += n;
+    m.kids.emplace(key, KidMemo::Slice{static_cast<uint32_t>(m.acc.size()),
+                                       static_cast<uint32_t>(accepted.size() - a0),
+                                       static_cast<uint32_t>(m.unc.size()),
+                                       static_cast<uint32_t>(uncertain.size() - u0)});
+    m.acc.insert(m.acc.end(), accepted.begin() + static_cast<std::ptrdiff_t>(a0), accepted.end());
+    m.unc.insert(m.unc.end(), uncertain.begin() + static_cast<std::ptrdiff_t>(u0), uncertain.end());
   }
 
   // Root stops: under a bounded cover whose run ends in a set that takes a few ASCII code
@@ -3835,7 +3919,9 @@ class ContextClassifier {
     uint32_t w = StackPool::kEmpty;
     for (size_t k = positions.size(); k-- > 0;) w = walk_pool_.make(positions[k], w);
     cl_.after_end = after;
+    cl_.kid_memo = kid_memo_for(positions, after);
     cl_.classify_context(w);
+    cl_.kid_memo = nullptr;
     auto cm = std::make_unique<ContextMask>();
     const size_t n_vocab = d_.tokens->n_vocab();
     if (cl_.cover_bits != nullptr) {
@@ -3854,6 +3940,64 @@ class ContextClassifier {
     cm->uncertain_ids = cl_.uncertain;
     return cm;
   }
+
+  // The kid memo of a chain whose top element is a class of more than one code point:
+  // its children's walks depend on what follows that element (the rest of the chain, by
+  // structural class), on the stacks past the end and on the walk's mode, which key it.
+  Classifier::KidMemo* kid_memo_for(const std::vector<uint32_t>& positions, uint32_t after) {
+    const Elem& e = d_.g.elems[positions[0]];
+    if (e.kind != detail::kChars) return nullptr;
+    const CharSet& cs = d_.g.charsets[e.arg];
+    if (!cs.any && !cs.negated && cs.ranges.size() == 1 && cs.ranges[0].lo == cs.ranges[0].hi) {
+      return nullptr;  // one code point: one child
+    }
+    if (pos_class_.empty()) compute_classes();
+    std::vector<uint32_t> key(positions.size());
+    key[0] = pos_class(positions[0] + 1);
+    for (size_t k = 1; k < positions.size(); ++k) key[k] = pos_class(positions[k]);
+    append_after_classes(key, after);
+    key.push_back(cl_.exit_any ? 1u : 0u);
+    key.push_back(static_cast<uint32_t>(std::min<size_t>(cl_.uncertain_cap, UINT32_MAX)));
+    return &kid_memos_[std::move(key)];
+  }
+  // The stacks past a chain's end by structural class (each stack's classes, frame by
+  // frame, the stacks in order of those): where two rules are called from places alike (the
+  // keys of two objects that take any property), their chains walk alike past the end.
+  void append_after_classes(std::vector<uint32_t>& key, uint32_t after) {
+    key.push_back(0xFFFFFFFFu);
+    if (after == 0) return;
+    if (after_classes_gen_ != generation_) {
+      after_classes_.clear();
+      after_classes_gen_ = generation_;
+    }
+    if (after_classes_.size() <= after) after_classes_.resize(after + 1);
+    std::vector<uint32_t>& known = after_classes_[after];
+    if (known.empty()) {
+      uint32_t n = 0;
+      const uint32_t* m = states_.members(after, &n);
+      std::vector<std::vector<uint32_t>> stacks(n);
+      for (uint32_t i = 0; i < n; ++i) {
+        for (uint32_t c = m[i]; c != StackPool::kEmpty; c = walk_pool_.parent(c)) {
+          stacks[i].push_back(pos_class(walk_pool_.pos(c)));
+        }
+      }
+      std::sort(stacks.begin(), stacks.end());
+      for (const auto& st : stacks) {
+        known.push_back(static_cast<uint32_t>(st.size()));
+        known.insert(known.end(), st.begin(), st.end());
+      }
+    }
+    key.insert(key.end(), known.begin(), known.end());
+  }
+  std::vector<std::vector<uint32_t>> after_classes_{};
+  uint32_t after_classes_gen_ = 0;
+
+  struct IdsHash {
+    size_t operator()(const std::vector<uint32_t>& v) const {
+      return static_cast<size_t>(hash_ids(v.data(), v.size()));
+    }
+  };
+  std::unordered_map<std::vector<uint32_t>, Classifier::KidMemo, IdsHash> kid_memos_{};
 
   // Sorts distinct token ids. Past a few dozen, through a scratch bitset over the
   // vocabulary (linear in the ids and the words they span) instead of a comparison sort,
