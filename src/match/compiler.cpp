@@ -1182,7 +1182,7 @@ struct Classifier {
       uint32_t acc, n_acc, unc, n_unc;
     };
     uint32_t uses = 0;  // contexts that asked for it: the first one keeps nothing
-    bool cover_known = false, has_cover = false;
+    bool cover_known = false;
     detail::SharedMasks::ClassKey cover_class{};
     uint32_t cover_len = 0;
     WalkStates::Mode cover_mode = WalkStates::kStrict;
@@ -3442,29 +3442,24 @@ struct Classifier {
   }
 
   // Whether a kid memo's results hold under this context's cover (the first context to
-  // use it sets what they hold under).
+  // use it sets the cover they hold under).
   bool memo_fits(KidMemo& m) const {
-    const bool has = cover_bits != nullptr;
     if (!m.cover_known) {
       m.cover_known = true;
-      m.has_cover = has;
       m.cover_class = cover_class_;
       m.cover_len = cover_len_;
       m.cover_mode = cover_mode_;
       return true;
     }
-    return m.has_cover == has &&
-           (!has || (m.cover_class == cover_class_ && m.cover_len == cover_len_ &&
-                     m.cover_mode == cover_mode_));
+    return m.cover_class == cover_class_ && m.cover_len == cover_len_ &&
+           m.cover_mode == cover_mode_;
   }
   // walk_subtree(j, set0) through the memo: the child's tokens as a walk found them before,
   // else walked and kept.
   void walk_kid(KidMemo& m, uint32_t j, uint32_t set0) {
     const uint32_t cp = tokens.trie()[j].cp;
     // (A child whose code point the start set does not take adds nothing.)
-    const uint32_t v = cp < 128 || states.uniform(set0) || states.first(set0).match(cp)
-                           ? states.step(set0, cp)
-                           : 0;
+    const uint32_t v = step_on(set0, &states.first(set0), cp);
     if (v == 0) return;
     const bool cov = cover_bits != nullptr && in_class(cover_first, cp) && (v >> 1) == cover_set;
     const uint64_t key = (uint64_t{j} << 2) | (cov ? 2u : 0u) | (v & 1u);
