@@ -3399,7 +3399,13 @@ struct Classifier {
     // Without a cover, a string whose state is an automaton over its characters that never
     // dies on them, or a small one.
     const bool no_cover = cover_bits == nullptr && obs_base == kNoObserve;
-    const bool labelled = no_cover && (live_walk(set0) || (label_worth(set0) && label_walk(set0)));
+    // (Not where the chain starts with two letters of a literal: the set after the first
+    // one takes one code point, so no automaton over a class goes on from it, and the
+    // search for one was a tenth of a key's context.)
+    const uint32_t p0 = pool.pos(chain);
+    const bool literal_start = literal_cp(p0) >= 0 && literal_cp(p0 + 1) >= 0;
+    const bool labelled =
+        no_cover && !literal_start && (live_walk(set0) || (label_worth(set0) && label_walk(set0)));
     const bool batch = !labelled && root_stops_apply();
     root_batch_.clear();
     // (A memo asked for once is not kept: most chains have no other of their kind, and
