@@ -3246,9 +3246,7 @@ struct Classifier {
     if (c.set == 0 || c.exited || c.fset != 0 || c.fexited || c.pending || obs_base != kNoObserve) {
       return false;
     }
-    const CharSet& f = *c.first;
-    return !f.any && !f.negated && f.ranges.size() == 1 && f.ranges[0].lo == f.ranges[0].hi &&
-           f.ranges[0].lo < 128;
+    return ascii_single(*c.first) >= 0;
   }
 
   // From node j and its frame c (literal_step): where c's set is one stack whose next two
@@ -3292,13 +3290,12 @@ struct Classifier {
   // The code point of element q where it is one ASCII code point, else -1.
   int literal_cp(uint32_t q) const {
     const auto& e = g.elems[q];
-    if (e.kind != detail::kChars) return -1;
-    const CharSet& cs = g.charsets[e.arg];
-    if (cs.any || cs.negated || cs.ranges.size() != 1 || cs.ranges[0].lo != cs.ranges[0].hi ||
-        cs.ranges[0].lo >= 128) {
-      return -1;
-    }
-    return static_cast<int>(cs.ranges[0].lo);
+    return e.kind == detail::kChars ? ascii_single(g.charsets[e.arg]) : -1;
+  }
+  // The one code point of cs where it is an ASCII one, else -1.
+  static int ascii_single(const CharSet& cs) {
+    const int64_t cp = cs.single();
+    return cp >= 0 && cp < 128 ? static_cast<int>(cp) : -1;
   }
   // Node j's child of code point cp, or kNoChild.
   uint32_t child_with(uint32_t j, uint32_t cp) const {
@@ -3467,7 +3464,7 @@ struct Classifier {
     // (A child whose code point the start set does not take adds nothing.)
     const uint32_t v = step_on(set0, &states.first(set0), cp);
     if (v == 0) return;
-    const bool cov = cover_bits != nullptr && in_class(cover_first, cp) && (v >> 1) == cover_set;
+    const bool cov = in_class(cover_first, cp) && (v >> 1) == cover_set;  // (memos need a cover)
     const uint64_t key = (uint64_t{j} << 2) | (cov ? 2u : 0u) | (v & 1u);
     if (auto it = m.kids.find(key); it != m.kids.end()) {
       detail::test_walk_counters.kid_memo_hits.fetch_add(1, std::memory_order_relaxed);
@@ -3948,10 +3945,7 @@ class ContextClassifier {
   Classifier::KidMemo* kid_memo_for(const std::vector<uint32_t>& positions, uint32_t after) {
     const Elem& e = d_.g.elems[positions[0]];
     if (e.kind != detail::kChars) return nullptr;
-    const CharSet& cs = d_.g.charsets[e.arg];
-    if (!cs.any && !cs.negated && cs.ranges.size() == 1 && cs.ranges[0].lo == cs.ranges[0].hi) {
-      return nullptr;  // one code point: one child
-    }
+    if (d_.g.charsets[e.arg].single() >= 0) return nullptr;  // one code point: one child
     if (pos_class_.empty()) compute_classes();
     std::vector<uint32_t> key(positions.size());
     key[0] = pos_class(positions[0] + 1);
