@@ -1128,6 +1128,28 @@ TEST_P(Oracle, KeySearchOneLetterLiveMasksEqual) {
       1u);
 }
 
+// Live walks whose automaton has one label (a string's characters after a pattern's first
+// class): the local state at each exit is read off the chain of states by the exit's depth,
+// unless an exit or a child of the root outside the class lies above it (a `"` token's
+// subtree, `a","b`). Their exits go on in one walk, from a frame per state and depth.
+TEST_P(Oracle, OneLabelLiveExitsMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::string names = json_schema_to_gbnf(R"({"type": "object", "properties": {
+      "name": {"type": "string", "pattern": "^[A-Za-z ].*$"},
+      "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z].*"}},
+      "note": {"type": "string", "pattern": "^\\S.*$", "maxLength": 40}}})");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {names, R"({"name":"John Smith, \"Jr\".","tags":["a\",\"b","x y"],"note":"ok: \"q\""})"},
+      {R"g(root ::= "[" item ("," item)* "]"
+item ::= "\"" [A-Za-z0-9 ] ([^"\\] | "\\" ["\\/bfnrt])* "\"")g",
+       R"(["a","b c","d \"e\"","9 lives"])"}};
+  EXPECT_GT(walk_counting(fx, GetParam(), cases, 7272,
+                          {&detail::test_walk_counters.exit_states_one_label}, {false, true},
+                          "one-label live walks: exit states read off the chain"),
+            1u);
+}
+
 // Chains whose top element is a class of several code points, alike below it (by
 // structural class, the stacks past their end too): each root child's walk is kept from the
 // second such chain on and read back by the others. The first character of a key in
@@ -1300,6 +1322,7 @@ TEST_P(Oracle, LiveExitStatesSharedMasksEqual) {
       R"("alpha": true, "zebra": 1, "bold": false}, "files": ["a"]})";
   const std::vector<Token> toks = greedy_tokens(*fx.index, text);
   const uint64_t reused0 = detail::test_walk_counters.exit_states_reused.load();
+  const uint64_t one0 = detail::test_walk_counters.exit_states_one_label.load();
   const uint64_t walks0 = detail::test_walk_counters.live_walks.load();
   size_t steps = 0;
   for (int mode = 0; mode < 8; ++mode) {
@@ -1317,11 +1340,13 @@ TEST_P(Oracle, LiveExitStatesSharedMasksEqual) {
   detail::test_deep_threshold = SIZE_MAX;
   detail::test_max_cover_clear = 0;
   const uint64_t reused = detail::test_walk_counters.exit_states_reused.load() - reused0;
+  const uint64_t one = detail::test_walk_counters.exit_states_one_label.load() - one0;
   const uint64_t walks = detail::test_walk_counters.live_walks.load() - walks0;
   std::printf(
-      "[oracle] %s live walks %llu, their exit states reused %llu times: %zu steps compared\n",
+      "[oracle] %s live walks %llu, their exit states reused %llu times, %llu found on one "
+      "label: %zu steps compared\n",
       GetParam().c_str(), static_cast<unsigned long long>(walks),
-      static_cast<unsigned long long>(reused), steps);
+      static_cast<unsigned long long>(reused), static_cast<unsigned long long>(one), steps);
   EXPECT_GT(reused, 0u);
   EXPECT_EQ(steps, 8 * toks.size());
 }

@@ -399,6 +399,7 @@ struct WalkCounters {
   std::atomic<uint64_t> leave_walks{0}, no_mask{0}, state_resets{0};
   std::atomic<uint64_t> live_walks{0}, live_regions{0};  // live_walk, live_region taken
   std::atomic<uint64_t> exit_states_reused{0};  // live walks that found their exits' states known
+  std::atomic<uint64_t> exit_states_one_label{0};  // exits' states read off a one-label chain
   std::atomic<uint64_t> depth_bounds{0};       // runs whose depth was followed only as far as asked
   std::atomic<uint64_t> capped_walks{0};       // walks stopped past the deep threshold (no mask)
   std::atomic<uint64_t> live_holes{0};         // live automata whose class leaves out high ranges
