@@ -400,9 +400,10 @@ struct WalkCounters {
   std::atomic<uint64_t> live_walks{0}, live_regions{0};  // live_walk, live_region taken
   std::atomic<uint64_t> exit_states_reused{0};  // live walks that found their exits' states known
   std::atomic<uint64_t> exit_states_one_label{0};  // exits' states read off a one-label chain
-  std::atomic<uint64_t> depth_bounds{0};       // runs whose depth was followed only as far as asked
-  std::atomic<uint64_t> capped_walks{0};       // walks stopped past the deep threshold (no mask)
-  std::atomic<uint64_t> live_holes{0};         // live automata whose class leaves out high ranges
+  std::atomic<uint64_t> high_like_sets{0};  // sets whose steps above ASCII share one outside holes
+  std::atomic<uint64_t> depth_bounds{0};    // runs whose depth was followed only as far as asked
+  std::atomic<uint64_t> capped_walks{0};    // walks stopped past the deep threshold (no mask)
+  std::atomic<uint64_t> live_holes{0};      // live automata whose class leaves out high ranges
   std::atomic<uint64_t> live_many_labels{0};   // live automata of more than 12 labels
   std::atomic<uint64_t> live_large_sets{0};    // live automata with a set of more than 32 stacks
   std::atomic<uint64_t> live_dead_starts{0};   // live walks whose start set dies on some of C

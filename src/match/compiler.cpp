@@ -508,6 +508,8 @@ class WalkStates {
     ascii_rows_used_ = 0;  // the chunks stay, refilled as rows are handed out again
     other_.clear();
     uniform_.clear();
+    high_like_.clear();
+    high_holes_.clear();
     // firsts_ keeps its character sets, overwritten as sets are interned again (freeing
     // tens of thousands of range lists here was most of a reset's milliseconds).
     first_done_.clear();
@@ -561,6 +563,16 @@ class WalkStates {
     }
     // Most sets treat every code point >= 128 alike: one memo entry serves them all.
     if (cp != 0x100 && uniform(set)) return step(set, 0x100);
+    // The others alike outside their members' ranges from 128 on (high_outside_holes): a
+    // code point there steps like the first of them. Each code point was stepped apart
+    // (a pattern's `\S`, which leaves out a few spaces above ASCII, met at the root's 1,400
+    // children above ASCII: a step computed for each, a third of a first mask).
+    if (cp != 0x100) {
+      const uint32_t like = high_like(set);
+      if (like != 0 && like != cp && !detail::in_class_holes(high_holes_[set], cp)) {
+        return step(set, like);
+      }
+    }
     const uint64_t key = (uint64_t(set) << 32) | cp;
     auto it = other_.find(key);
     if (it != other_.end()) return it->second;
@@ -571,6 +583,24 @@ class WalkStates {
 
   // Whether every member treats all code points >= 128 alike (memoized).
   bool uniform(uint32_t set) { return (high_flags(set) & kUniform) != 0; }
+  // For a set that is not uniform: the first code point >= 128 outside its members' ranges
+  // there (high_holes_[set]), which every other one outside them steps like; 0 where there
+  // is none to be had (memoized).
+  uint32_t high_like(uint32_t set) {
+    if (high_like_.size() <= set) {
+      high_like_.resize(sets_.size(), kUnset);
+      high_holes_.resize(sets_.size(), 0);
+    }
+    if (high_like_[set] == kUnset) {
+      uint16_t holes = 0;
+      high_like_[set] = high_outside_holes(set, &holes);
+      high_holes_[set] = holes;
+      if (high_like_[set] != 0) {
+        detail::test_walk_counters.high_like_sets.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    return high_like_[set];
+  }
   // For a set that is not uniform: the members' ranges from 128 on as a hole set, outside
   // which every member treats the code points >= 128 alike (0: none to be had).
   uint16_t high_holes(uint32_t set) {
@@ -1103,7 +1133,9 @@ class WalkStates {
   std::vector<std::unique_ptr<uint32_t[]>> ascii_chunks_;
   size_t ascii_rows_used_ = 0;
   std::unordered_map<uint64_t, uint32_t> other_;
-  std::vector<uint32_t> uniform_;  // per set: kUniform | kTakesHigh, or kUnset
+  std::vector<uint32_t> uniform_;    // per set: kUniform | kTakesHigh, or kUnset
+  std::vector<uint32_t> high_like_;  // per set: high_like(), or kUnset
+  std::vector<uint16_t> high_holes_;
   std::vector<uint32_t> scratch_, members_;
   std::deque<CharSet> firsts_;  // a deque: frames keep pointers into it while it grows
   std::vector<uint8_t> first_done_;
