@@ -585,7 +585,7 @@ class WalkStates {
   bool uniform(uint32_t set) { return (high_flags(set) & kUniform) != 0; }
   // For a set that is not uniform: the first code point >= 128 outside its members' ranges
   // there (high_holes_[set]), which every other one outside them steps like; 0 where there
-  // is none to be had (memoized).
+  // is none to be had. Memoized for step(), runs (run_base) and live searches (high_holes).
   uint32_t high_like(uint32_t set) {
     if (high_like_.size() <= set) {
       high_like_.resize(sets_.size(), kUnset);
@@ -603,10 +603,7 @@ class WalkStates {
   }
   // For a set that is not uniform: the members' ranges from 128 on as a hole set, outside
   // which every member treats the code points >= 128 alike (0: none to be had).
-  uint16_t high_holes(uint32_t set) {
-    uint16_t holes = 0;
-    return high_outside_holes(set, &holes) != 0 ? holes : 0;
-  }
+  uint16_t high_holes(uint32_t set) { return high_like(set) != 0 ? high_holes_[set] : 0; }
   // The union of two hole sets (0 where it is too many ranges to intern).
   uint16_t union_holes(uint16_t a, uint16_t b) {
     RangeSet u = detail::class_holes(a);
@@ -841,7 +838,10 @@ class WalkStates {
     bool non_ascii = false;
     uint16_t holes = 0;
     uint32_t high = 0x100;
-    if (!uniform(set)) high = high_outside_holes(set, &holes);
+    if (!uniform(set)) {
+      high = high_like(set);
+      holes = high_holes_[set];
+    }
     const uint16_t member_high = holes;
     if (high != 0) {
       const int32_t k = probe(set, high);
@@ -4028,10 +4028,9 @@ class ContextClassifier {
     const Elem& e = d_.g.elems[positions[0]];
     if (e.kind != detail::kChars) return nullptr;
     if (d_.g.charsets[e.arg].single() >= 0) return nullptr;  // one code point: one child
-    if (pos_class_.empty()) compute_classes();
-    std::vector<uint32_t> key(positions.size());
+    // (The top by what follows its element: its children are walked from after it.)
+    std::vector<uint32_t> key = classes_of(positions, positions.size());
     key[0] = pos_class(positions[0] + 1);
-    for (size_t k = 1; k < positions.size(); ++k) key[k] = pos_class(positions[k]);
     append_after_classes(key, after);
     key.push_back(cl_.exit_any ? 1u : 0u);
     key.push_back(static_cast<uint32_t>(std::min<size_t>(cl_.uncertain_cap, UINT32_MAX)));
