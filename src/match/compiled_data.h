@@ -242,7 +242,7 @@ inline bool stacks_take_partial(const GrammarTables& g, const StackPool& pool, c
 // accepted whatever lies below the chain, and tokens that need a run-time check.
 struct ContextMask {
   std::vector<uint32_t> accepted_bits;  // a bitmask over the vocabulary, or empty
-  std::vector<Token> accepted_ids;      // sorted (used when accepted_bits is empty)
+  std::vector<Token> accepted_ids;      // in walk order (used when accepted_bits is empty)
   std::vector<Token> uncertain_ids;     // in trie order
   size_t memory_bytes() const {
     return sizeof(ContextMask) + accepted_bits.capacity() * 4 + accepted_ids.capacity() * 4 +

@@ -3975,13 +3975,19 @@ class ContextClassifier {
       return hash_ids(reinterpret_cast<const uint32_t*>(v.data()), v.size()) ^
              (seed * 0x9E3779B97F4A7C15ull);
     };
-    const uint64_t h =
-        hash_of(cm->accepted_bits, hash_of(cm->accepted_ids, hash_of(cm->uncertain_ids, 1)));
+    // Accepted ids in any order (same_ids): a sum of their mixed values.
+    uint64_t ids_sum = cm->accepted_ids.size();
+    for (Token t : cm->accepted_ids) {
+      const uint64_t x =
+          (static_cast<uint64_t>(static_cast<uint32_t>(t)) + 1) * 0x9E3779B97F4A7C15ull;
+      ids_sum += x ^ (x >> 29);
+    }
+    const uint64_t h = hash_of(cm->accepted_bits, hash_of(cm->uncertain_ids, 1)) ^ ids_sum;
     auto range = masks_by_hash_.equal_range(h);
     for (auto it = range.first; it != range.second; ++it) {
       const ContextMask& o = *it->second;
-      if (o.accepted_bits == cm->accepted_bits && o.accepted_ids == cm->accepted_ids &&
-          o.uncertain_ids == cm->uncertain_ids) {
+      if (o.accepted_bits == cm->accepted_bits && o.uncertain_ids == cm->uncertain_ids &&
+          same_ids(o.accepted_ids, cm->accepted_ids)) {
         detail::test_walk_counters.same_masks.fetch_add(1, std::memory_order_relaxed);
         *fresh = false;
         return it->second;
@@ -4011,9 +4017,7 @@ class ContextClassifier {
       cm->accepted_bits.assign(bitmask_words(n_vocab), 0);
       for (Token t : cl_.accepted) bitmask_set(cm->accepted_bits.data(), t);
     } else {
-      // Sorted: setting the bits in order touches each mask word once.
-      cm->accepted_ids = cl_.accepted;
-      sort_ids(cm->accepted_ids);
+      cm->accepted_ids = cl_.accepted;  // in walk order (see same_ids)
     }
     // Uncertain tokens stay in trie order: neighbours share prefixes, which the run-time
     // check reuses.
@@ -4075,40 +4079,21 @@ class ContextClassifier {
   };
   std::unordered_map<std::vector<uint32_t>, Classifier::KidMemo, IdsHash> kid_memos_{};
 
-  // Sorts distinct token ids. Past a few dozen, through a scratch bitset over the
-  // vocabulary (linear in the ids and the words they span) instead of a comparison sort,
-  // which was a sixth of json.gbnf's compile.
-  void sort_ids(std::vector<Token>& ids) {
-    if (ids.size() <= 64) {
-      std::sort(ids.begin(), ids.end());
-      return;
-    }
-    // A second level marks the words in use: the ids of a context lie spread over the
-    // vocabulary, and reading every word between the first and the last was most of the
-    // sort (2,000 words on llama-bpe for a few hundred ids).
-    if (sort_bits_.empty()) {
-      sort_bits_.assign((d_.tokens->n_vocab() + 63) / 64, 0);
-      sort_words_.assign((sort_bits_.size() + 63) / 64, 0);
-    }
-    for (Token t : ids) {
-      const size_t w = static_cast<size_t>(t) >> 6;
-      sort_bits_[w] |= uint64_t{1} << (static_cast<uint32_t>(t) & 63);
-      sort_words_[w >> 6] |= uint64_t{1} << (w & 63);
-    }
-    Token* out = ids.data();
-    for (size_t u = 0; u < sort_words_.size(); ++u) {
-      for (uint64_t wb = sort_words_[u]; wb != 0; wb &= wb - 1) {
-        const size_t w = u * 64 + static_cast<size_t>(__builtin_ctzll(wb));
-        for (uint64_t b = sort_bits_[w]; b != 0; b &= b - 1) {
-          *out++ = static_cast<Token>(w * 64 + static_cast<size_t>(__builtin_ctzll(b)));
-        }
-        sort_bits_[w] = 0;
-      }
-      sort_words_[u] = 0;
-    }
-    ids.resize(static_cast<size_t>(out - ids.data()));
+  // Whether two lists of distinct token ids hold the same ids, in any order. Accepted ids
+  // stay in the order the walk found them: sorting them was 4% of the slow subset's mask
+  // time, for a list only read to set bits. Equal masks from two walks mostly list them in
+  // one order; otherwise through a scratch bitset over the vocabulary.
+  bool same_ids(const std::vector<Token>& a, const std::vector<Token>& b) {
+    if (a.size() != b.size()) return false;
+    if (a == b) return true;
+    if (id_bits_.empty()) id_bits_.assign(bitmask_words(d_.tokens->n_vocab()), 0);
+    for (Token t : a) bitmask_set(id_bits_.data(), t);
+    bool same = true;
+    for (Token t : b) same = same && bitmask_test(id_bits_.data(), t);
+    for (Token t : a) id_bits_[static_cast<uint32_t>(t) >> 5] = 0;
+    return same;
   }
-  std::vector<uint64_t> sort_bits_, sort_words_;
+  std::vector<uint32_t> id_bits_;
 
   static constexpr int kMaxPrefixTries = 3;
   size_t prefix_used_ = 0, prefix_failed_ = 0;  // contexts composed from a prefix, or not
@@ -4223,12 +4208,10 @@ class ContextClassifier {
       }
       for (Token t : cl_.accepted) bitmask_set(cm->accepted_bits.data(), t);
     } else {
-      // The base's ids are sorted and the chain's few are others (they were uncertain in
-      // the base): sorted alone and merged, instead of sorting them all again.
-      sort_ids(cl_.accepted);
-      cm->accepted_ids.resize(base.accepted_ids.size() + cl_.accepted.size());
-      std::merge(base.accepted_ids.begin(), base.accepted_ids.end(), cl_.accepted.begin(),
-                 cl_.accepted.end(), cm->accepted_ids.begin());
+      // The chain's ids are others than the base's (they were uncertain in the base).
+      cm->accepted_ids.reserve(base.accepted_ids.size() + cl_.accepted.size());
+      cm->accepted_ids.assign(base.accepted_ids.begin(), base.accepted_ids.end());
+      cm->accepted_ids.insert(cm->accepted_ids.end(), cl_.accepted.begin(), cl_.accepted.end());
     }
     cm->uncertain_ids = cl_.uncertain;  // still in trie order
     return cm;
