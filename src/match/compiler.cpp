@@ -2678,6 +2678,9 @@ struct Classifier {
   // `dead0` (live): ASCII code points on which set0 alone dies stay in C (set0 has no
   // transition on them; dead0_ holds them), where they were dropped from it.
   uint64_t dead0_[2] = {0, 0};
+  // The round of find_labels in which C's labels were last refined by each character set.
+  std::vector<uint32_t> refined_at_{};
+  uint32_t refine_stamp_ = 0;
   bool find_labels(uint32_t set0, size_t max_labels = kMaxLabels, bool live = false,
                    bool dead0 = false) {
     large_live_set_ = false;
@@ -2690,6 +2693,11 @@ struct Classifier {
           {~excl.ascii[0], ~excl.ascii[1]}, !excl.non_ascii, excl.non_ascii ? uint16_t{0} : holes};
       labels_.assign(1, c_label);
       if (live && printable_count(labels_[0].ascii) < kMinExitClassPrintable) return false;
+      if (refined_at_.size() != g.charsets.size()) refined_at_.assign(g.charsets.size(), 0);
+      if (++refine_stamp_ == 0) {
+        std::fill(refined_at_.begin(), refined_at_.end(), 0);
+        refine_stamp_ = 1;
+      }
       label_queue_.clear();
       label_state_of_.clear();
       local_off_.assign(1, 0);
@@ -2753,7 +2761,14 @@ struct Classifier {
             fits = false;
             break;
           }
-          refine_labels(g.charsets[e.arg], labels_);
+          // C's labels, once refined by a character set, stay so as they split further:
+          // each set's members refine them once a round (a key automaton's sets share
+          // their quote, escapes, letters and `[^...]` classes; refining by each of them
+          // again, a pass over every label, was most of a search).
+          if (refined_at_[e.arg] != refine_stamp_) {
+            refine_labels(g.charsets[e.arg], labels_);
+            refined_at_[e.arg] = refine_stamp_;
+          }
           refine_labels(g.charsets[e.arg], local_scratch_);
           fits = labels_.size() <= max_labels;
         }
