@@ -623,6 +623,38 @@ s ::= [ ]+)g"};
   EXPECT_GT(stats.steps, grammars.size() * 3);
 }
 
+// Rules on no cycle are classed by the hash of their signature, and two are one class only
+// where the earlier one's signature, made again, is equal. With every such rule given one
+// hash, each is compared with all the earlier ones: rules that differ in a letter, a class,
+// a callee or an alternative stay apart, and equal ones (a, c) share their chains' masks.
+TEST_P(Oracle, CollidingRuleSignaturesMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::vector<std::string> grammars = {
+      R"g(root ::= a "x" | b "y" | c "z" | d "w" | e "v"
+a ::= [0-9]+ "a"
+b ::= [0-9]+ "b"
+c ::= [0-9]+ "a"
+d ::= [0-7]+ "a"
+e ::= [0-9]+ "a" | "q")g",
+      R"g(root ::= k1 | k2 | k3
+k1 ::= "{" ws "\"id\"" ws ":" ws num ws "}"
+k2 ::= "{" ws "\"ix\"" ws ":" ws num ws "}"
+k3 ::= "{" ws "\"id\"" ws ":" ws str ws "}"
+num ::= [0-9]{1,6}
+str ::= "\"" [a-z]{0,8} "\""
+ws ::= [ ]{0,2})g"};
+  const uint64_t again0 = detail::test_walk_counters.rules_signed_again.load();
+  detail::test_collide_rule_hashes = true;
+  const WalkStats stats = walk_each(fx, grammars, 4, 12, 4242);
+  detail::test_collide_rule_hashes = false;
+  const uint64_t again = detail::test_walk_counters.rules_signed_again.load() - again0;
+  std::printf("[oracle] %s rules signed again %llu: %zu steps compared\n", GetParam().c_str(),
+              static_cast<unsigned long long>(again), stats.steps);
+  EXPECT_GT(again, 10u);
+  EXPECT_GT(stats.steps, grammars.size() * 4);
+}
+
 // Loops over broad classes (a string's characters, a key outside a list of names) are
 // skipped through their class exits: the tokens before the first code point outside the
 // class are taken at once, and the walk goes on at that code point, inside the context or

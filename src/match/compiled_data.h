@@ -393,6 +393,10 @@ inline std::atomic<int64_t> test_max_after_stacks{-1};
 // that leaves out many names' first letters takes a live walk instead of the cover.
 inline std::atomic<int> test_max_cover_clear{0};
 inline std::atomic<size_t> test_leave_cap{0};
+// Tests only: every rule on no cycle gets one same signature hash in the grammar's class
+// refinement (ContextClassifier::compute_classes), so that each is told from the earlier
+// ones by its signature made again.
+inline std::atomic<bool> test_collide_rule_hashes{false};
 // Tests only: context walks in that mode, contexts left without a mask of their own, and
 // resets of the walk states (ContextClassifier::reset_states_if_full), counted.
 struct WalkCounters {
@@ -413,6 +417,7 @@ struct WalkCounters {
   std::atomic<uint64_t> same_masks{0};         // masks found equal to one computed before
   std::atomic<uint64_t> top_frame_checks{0};   // stack checks found under their top frames
   std::atomic<uint64_t> unobserved_family_walks{0};  // family levels that could not share
+  std::atomic<uint64_t> rules_signed_again{0};  // rules whose signature was made again to compare
 };
 inline WalkCounters test_walk_counters;
 // Tests only: every run depth a walk asks for is checked against its chain followed to the

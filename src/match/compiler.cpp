@@ -4409,45 +4409,67 @@ class ContextClassifier {
     const std::vector<uint32_t>& by_comp = components.members;
     constexpr uint32_t kAcyclic = 0, kCyclic = 1, kFamily = 0xFFFFFFFFu;
     std::vector<uint32_t> color(nr, kUnset), local(nr, 0), index_in_comp(nr, 0);
-    detail::IdSeqs ids;  // the classes: (kAcyclic, signature) or (kCyclic, component, local class)
+    // Class ids are handed out in order. A rule on no cycle is found among the earlier ones
+    // by the hash of its signature, and equal to one only if that one's signature, made
+    // again, is equal: storing every rule's signature (most of a large grammar's elements)
+    // to compare with, in fresh memory copied on each growth, was a quarter of computing
+    // the classes, itself nine tenths of such a grammar's first mask.
+    uint32_t next_class = 0;
+    std::unordered_multimap<uint64_t, uint32_t> acyclic_by_hash;  // signature hash -> rule
+    std::vector<uint32_t> again_sig;
     detail::IdSeqs local_ids;  // the signatures of one round of a cycle's refinement
     // A component's refinement: callers of each member within it (by member index), the
     // members of each local class, the classes to sign again, the members moved this round,
     // and the class each of the round's signatures goes to.
-    std::vector<uint32_t> caller_off, callers, caller_fill, todo_classes;
+    std::vector<uint32_t> caller_off, callers, todo_classes;
     std::vector<std::pair<uint32_t, uint32_t>> moved;  // (member, its new class)
     std::vector<std::vector<uint32_t>> class_members;
     std::vector<uint8_t> class_dirty;
     std::vector<uint32_t> sid_class;  // by signature id of the round
     // The signature of rule r; calls into its own component read local classes (tagged).
-    auto sign = [&](uint32_t r, uint32_t k) {
+    auto sign_into = [&](std::vector<uint32_t>& out, uint32_t r, uint32_t k) {
       // Members of repetition families above the base keep classes of their own: they
       // differ only in depth, which refinement would take one round per level to see
       // (x{0,99}); chains through them are shared by level instead (family_key). (The
       // marker cannot be an element kind.)
-      if (fam_level_[r] >= 2) sig.insert(sig.end(), {kFamily, r});
+      if (fam_level_[r] >= 2) out.insert(out.end(), {kFamily, r});
       for (uint32_t a = g.rule_alt_begin[r]; a < g.rule_alt_begin[r + 1]; ++a) {
         for (uint32_t p = g.alt_starts[a];; ++p) {
           const Elem& e = g.elems[p];
-          sig.push_back(e.kind);
+          out.push_back(e.kind);
           if (e.kind == detail::kEnd) break;
           if (e.kind == detail::kRef && comp[e.arg] == k) {
-            sig.insert(sig.end(), {kCyclic, local[e.arg]});
+            out.insert(out.end(), {kCyclic, local[e.arg]});
           } else if (e.kind == detail::kRef) {
-            sig.insert(sig.end(), {kAcyclic, color[e.arg]});
+            out.insert(out.end(), {kAcyclic, color[e.arg]});
           } else {
-            sig.push_back(arg_class(e));
+            out.push_back(arg_class(e));
           }
         }
       }
     };
+    auto sign = [&](uint32_t r, uint32_t k) { sign_into(sig, r, k); };
     for (uint32_t k = 0; k < n_comp; ++k) {
       const uint32_t* mb = by_comp.data() + comp_begin[k];
       const uint32_t n = comp_begin[k + 1] - comp_begin[k];
       if (!g.comp_cyclic[k]) {
-        sig.assign(1, kAcyclic);
-        sign(mb[0], k);
-        color[mb[0]] = ids.intern(sig);
+        const uint32_t r = mb[0];
+        sig.clear();
+        sign(r, k);
+        const uint64_t h = detail::test_collide_rule_hashes.load(std::memory_order_relaxed)
+                               ? 0
+                               : detail::hash_ids(sig.data(), sig.size());
+        auto range = acyclic_by_hash.equal_range(h);
+        for (auto it = range.first; it != range.second && color[r] == kUnset; ++it) {
+          test_walk_counters.rules_signed_again.fetch_add(1, std::memory_order_relaxed);
+          again_sig.clear();
+          sign_into(again_sig, it->second, comp[it->second]);
+          if (again_sig == sig) color[r] = color[it->second];
+        }
+        if (color[r] == kUnset) {
+          color[r] = next_class++;
+          acyclic_by_hash.emplace(h, r);
+        }
         continue;
       }
       // Refinement within the component: local classes start as one, and each round signs
@@ -4462,28 +4484,17 @@ class ContextClassifier {
         index_in_comp[mb[i]] = i;
         local[mb[i]] = 0;
       }
+      // Read from each member's call sites (callers_): scanning the members' elements for
+      // calls, twice, was a fifth of computing the classes of a large recursive schema.
       caller_off.assign(n + 1, 0);
       callers.clear();
-      for (int pass = 0; pass < 2; ++pass) {
-        for (uint32_t i = 0; i < n; ++i) {
-          const uint32_t r = mb[i];
-          for (uint32_t a = g.rule_alt_begin[r]; a < g.rule_alt_begin[r + 1]; ++a) {
-            for (uint32_t p = g.alt_starts[a]; g.elems[p].kind != detail::kEnd; ++p) {
-              const Elem& e = g.elems[p];
-              if (e.kind != detail::kRef || comp[e.arg] != k) continue;
-              const uint32_t callee = index_in_comp[e.arg];
-              if (pass == 0) {
-                ++caller_off[callee + 1];
-              } else {
-                callers[caller_fill[callee]++] = i;
-              }
-            }
-          }
-        }
-        if (pass == 0) {
-          for (uint32_t i = 0; i < n; ++i) caller_off[i + 1] += caller_off[i];
-          callers.resize(caller_off[n]);
-          caller_fill.assign(caller_off.begin(), caller_off.end() - 1);
+      for (uint32_t i = 0; i < n; ++i) {
+        caller_off[i + 1] = caller_off[i];
+        for (uint32_t p : callers_[mb[i]]) {
+          const uint32_t caller = g.elem_rule[p];
+          if (comp[caller] != k) continue;
+          callers.push_back(index_in_comp[caller]);
+          ++caller_off[i + 1];
         }
       }
       class_members.assign(1, {});
@@ -4536,10 +4547,9 @@ class ContextClassifier {
         }
       }
       // Not stable within the bound: every rule its own class (exact, shares less).
-      for (uint32_t i = 0; i < n; ++i) {
-        sig.assign({kCyclic, k, stable ? local[mb[i]] : i});
-        color[mb[i]] = ids.intern(sig);
-      }
+      // (Local classes are below n.)
+      for (uint32_t i = 0; i < n; ++i) color[mb[i]] = next_class + (stable ? local[mb[i]] : i);
+      next_class += n;
     }
     pos_class_.assign(g.elems.size(), kUnset);  // found on first use (pos_class)
     rule_class_ = std::move(color);
