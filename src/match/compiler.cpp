@@ -3725,10 +3725,17 @@ class ContextClassifier {
     }
     leave_follow_ = detail::make_charset(false, false, normalize(std::move(any)));
     cl_.leave_follow = &leave_follow_;
-    // Call sites of every rule.
+    // Call sites of every rule, and the calling rules within its cycle (compute_classes).
     callers_.resize(d.g.rule_alt_begin.size() - 1);
+    cycle_callers_.resize(d.g.rule_alt_begin.size() - 1);
     for (uint32_t p = 0; p + 1 < d.g.elems.size(); ++p) {
-      if (d.g.elems[p].kind == detail::kRef) callers_[d.g.elems[p].arg].push_back(p);
+      if (d.g.elems[p].kind != detail::kRef) continue;
+      const uint32_t callee = d.g.elems[p].arg, caller = d.g.elem_rule[p];
+      callers_[callee].push_back(p);
+      if (d.g.rule_comp[callee] == d.g.rule_comp[caller] &&
+          d.g.comp_cyclic[d.g.rule_comp[callee]]) {
+        cycle_callers_[callee].push_back(caller);
+      }
     }
   }
 
@@ -4328,9 +4335,10 @@ class ContextClassifier {
   uint32_t seen_stamp_ = 0;
   CharSet leave_follow_;
   std::vector<std::vector<uint32_t>> callers_;
-  MasksByPositions prefixes_;  // by the classes of the prefix's positions
-  MasksByPositions chains_;    // by the classes of a chain's positions and its `after`
-  MasksByPositions stacks_;    // whole stacks (deep masks) by the classes of their positions
+  std::vector<std::vector<uint32_t>> cycle_callers_;  // per rule, one entry per call
+  MasksByPositions prefixes_;                         // by the classes of the prefix's positions
+  MasksByPositions chains_;  // by the classes of a chain's positions and its `after`
+  MasksByPositions stacks_;  // whole stacks (deep masks) by the classes of their positions
   // Every mask same_mask has seen, by a hash of its content.
   std::unordered_multimap<uint64_t, std::shared_ptr<const ContextMask>> masks_by_hash_{};
 
@@ -4484,18 +4492,13 @@ class ContextClassifier {
         index_in_comp[mb[i]] = i;
         local[mb[i]] = 0;
       }
-      // Read from each member's call sites (callers_): scanning the members' elements for
-      // calls, twice, was a fifth of computing the classes of a large recursive schema.
+      // (Listed with the call sites: scanning the members' elements for calls, twice, was
+      // a fifth of computing the classes of a large recursive schema.)
       caller_off.assign(n + 1, 0);
       callers.clear();
       for (uint32_t i = 0; i < n; ++i) {
-        caller_off[i + 1] = caller_off[i];
-        for (uint32_t p : callers_[mb[i]]) {
-          const uint32_t caller = g.elem_rule[p];
-          if (comp[caller] != k) continue;
-          callers.push_back(index_in_comp[caller]);
-          ++caller_off[i + 1];
-        }
+        for (uint32_t caller : cycle_callers_[mb[i]]) callers.push_back(index_in_comp[caller]);
+        caller_off[i + 1] = static_cast<uint32_t>(callers.size());
       }
       class_members.assign(1, {});
       for (uint32_t i = 0; i < n; ++i) class_members[0].push_back(i);
