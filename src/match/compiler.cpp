@@ -2606,7 +2606,46 @@ struct Classifier {
     size_t rarest_nodes;
   };
   std::vector<QueuedSet> label_queue_{};
-  std::unordered_map<uint32_t, uint32_t> label_state_of_{};  // set -> its local state
+  // Set -> its local state, for the sets of one round of the search: open addressing over
+  // a table kept per thread (a search holds at most kMaxLabelSets + 1 sets), emptied slot by
+  // slot after each round. (A hash map was a fifth of the search's own time in first-key
+  // masks; a table indexed by set id, made per grammar, cost more than it saved on the
+  // schemas whose masks are all fast.)
+  class LabelStates {
+   public:
+    void clear() {
+      for (uint32_t i : used_) slots_[i] = 0;
+      used_.clear();
+    }
+    size_t size() const { return used_.size(); }
+    // Adds set -> q unless the set has a state already (false then).
+    bool add(uint32_t set, uint32_t q) {
+      if (slots_.empty()) slots_.assign(kSlots, 0);
+      for (uint32_t i = slot_of(set);; i = (i + 1) & (kSlots - 1)) {
+        if (slots_[i] == 0) {
+          slots_[i] = (uint64_t{set} + 1) << 32 | q;
+          used_.push_back(i);
+          return true;
+        }
+        if ((slots_[i] >> 32) == uint64_t{set} + 1) return false;
+      }
+    }
+    uint32_t at(uint32_t set) const {
+      for (uint32_t i = slot_of(set);; i = (i + 1) & (kSlots - 1)) {
+        if ((slots_[i] >> 32) == uint64_t{set} + 1) return static_cast<uint32_t>(slots_[i]);
+      }
+    }
+
+   private:
+    static constexpr uint32_t kSlots = 4096;  // over twice kMaxLabelSets + 1
+    static uint32_t slot_of(uint32_t set) { return (set * 0x9E3779B1u) >> 20; }
+    std::vector<uint64_t> slots_;  // (set + 1) << 32 | local state; 0: empty
+    std::vector<uint32_t> used_;
+  };
+  static LabelStates& label_states() {
+    static thread_local LabelStates states;
+    return states;
+  }
   std::vector<uint32_t> label_next_{};
   std::vector<uint32_t> label_set_at_{}, label_touched_{};
   // Per queued set q, its own labels and the set each leads to (0: none), in
@@ -2684,6 +2723,7 @@ struct Classifier {
   bool find_labels(uint32_t set0, size_t max_labels = kMaxLabels, bool live = false,
                    bool dead0 = false) {
     large_live_set_ = false;
+    LabelStates& label_state_of = label_states();
     Label excl{{0, 0}, false};
     uint16_t holes = 0;  // live: the code points >= 128 left out of C (set_label_holes)
     label_steps_ = 0;
@@ -2699,12 +2739,12 @@ struct Classifier {
         refine_stamp_ = 1;
       }
       label_queue_.clear();
-      label_state_of_.clear();
+      label_state_of.clear();
       local_off_.assign(1, 0);
       local_.clear();
       dead0_[0] = dead0_[1] = 0;
       label_queue_.push_back({set0, Label{{0, 0}, false}, SIZE_MAX});
-      label_state_of_.emplace(set0, 0);
+      label_state_of.add(set0, 0);
       bool again = false;
       for (size_t qi = 0; qi < label_queue_.size() && !again; ++qi) {
         const uint32_t s = label_queue_[qi].set;
@@ -2794,9 +2834,8 @@ struct Classifier {
           }
           const uint32_t next = v >> 1;
           local_.push_back({l, next});
-          if (next != 0 &&
-              label_state_of_.emplace(next, static_cast<uint32_t>(label_queue_.size())).second) {
-            if (label_state_of_.size() > (live ? kMaxLiveSets : kMaxLabelSets)) return false;
+          if (next != 0 && label_state_of.add(next, static_cast<uint32_t>(label_queue_.size()))) {
+            if (label_state_of.size() > (live ? kMaxLiveSets : kMaxLabelSets)) return false;
             const size_t nodes = class_nodes(l);
             label_queue_.push_back(nodes <= in_nodes ? QueuedSet{next, l, nodes}
                                                      : QueuedSet{next, in, in_nodes});
@@ -2821,7 +2860,7 @@ struct Classifier {
             const uint32_t rep = label_rep(labels_[l]);
             for (uint32_t i = local_off_[q]; i < local_off_[q + 1]; ++i) {
               if (!in_label(local_[i].label, rep)) continue;
-              if (local_[i].next != 0) label_next_[q * k + l] = label_state_of_.at(local_[i].next);
+              if (local_[i].next != 0) label_next_[q * k + l] = label_state_of.at(local_[i].next);
               break;
             }
           }
