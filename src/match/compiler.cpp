@@ -4374,10 +4374,11 @@ class ContextClassifier {
   uint32_t seen_stamp_ = 0;
   CharSet leave_follow_;
   std::vector<std::vector<uint32_t>> callers_;
-  std::vector<std::vector<uint32_t>> cycle_callers_;  // per rule, one entry per call
-  MasksByPositions prefixes_;                         // by the classes of the prefix's positions
-  MasksByPositions chains_;  // by the classes of a chain's positions and its `after`
-  MasksByPositions stacks_;  // whole stacks (deep masks) by the classes of their positions
+  // Per rule, the rules within its cycle that call it (one entry per call).
+  std::vector<std::vector<uint32_t>> cycle_callers_;
+  MasksByPositions prefixes_;  // by the classes of the prefix's positions
+  MasksByPositions chains_;    // by the classes of a chain's positions and its `after`
+  MasksByPositions stacks_;    // whole stacks (deep masks) by the classes of their positions
   // Every mask same_mask has seen, by a hash of its content.
   std::unordered_multimap<uint64_t, std::shared_ptr<const ContextMask>> masks_by_hash_{};
 
