@@ -2607,38 +2607,64 @@ struct Classifier {
   };
   std::vector<QueuedSet> label_queue_{};
   // Set -> its local state, for the sets of one round of the search: open addressing over
-  // a table kept per thread (a search holds at most kMaxLabelSets + 1 sets), emptied slot by
-  // slot after each round. (A hash map was a fifth of the search's own time in first-key
-  // masks; a table indexed by set id, made per grammar, cost more than it saved on the
-  // schemas whose masks are all fast.)
+  // a table kept per thread, emptied slot by slot after each round. (A hash map was a fifth
+  // of the search's own time in first-key masks; a table indexed by set id, made per
+  // grammar, cost more than it saved on the schemas whose masks are all fast.) The table
+  // is as small as the search allows (512 slots, doubled while more than half full, up to
+  // 4,096: a search holds at most kMaxLabelSets + 1 sets): at 4,096 slots (32 KB) each new
+  // set's slot missed the cache, a quarter of the search's own time in first-key masks,
+  // where most searches hold under a hundred sets.
   class LabelStates {
    public:
     void clear() {
-      for (uint32_t i : used_) slots_[i] = 0;
+      if (bits_ > kMinBits && used_.size() <= (size_t{1} << kMinBits) / 4) {
+        slots_.assign(size_t{1} << kMinBits, 0);  // back to the small table
+        bits_ = kMinBits;
+      } else {
+        for (uint32_t i : used_) slots_[i] = 0;
+      }
       used_.clear();
     }
     size_t size() const { return used_.size(); }
     // Adds set -> q unless the set has a state already (false then).
     bool add(uint32_t set, uint32_t q) {
-      if (slots_.empty()) slots_.assign(kSlots, 0);
-      for (uint32_t i = slot_of(set);; i = (i + 1) & (kSlots - 1)) {
+      if (slots_.empty()) slots_.assign(size_t{1} << bits_, 0);
+      const uint32_t mask = (1u << bits_) - 1;
+      for (uint32_t i = slot_of(set);; i = (i + 1) & mask) {
         if (slots_[i] == 0) {
           slots_[i] = (uint64_t{set} + 1) << 32 | q;
           used_.push_back(i);
+          if (used_.size() * 2 > slots_.size()) grow();
           return true;
         }
         if ((slots_[i] >> 32) == uint64_t{set} + 1) return false;
       }
     }
     uint32_t at(uint32_t set) const {
-      for (uint32_t i = slot_of(set);; i = (i + 1) & (kSlots - 1)) {
+      const uint32_t mask = (1u << bits_) - 1;
+      for (uint32_t i = slot_of(set);; i = (i + 1) & mask) {
         if ((slots_[i] >> 32) == uint64_t{set} + 1) return static_cast<uint32_t>(slots_[i]);
       }
     }
 
    private:
-    static constexpr uint32_t kSlots = 4096;  // over twice kMaxLabelSets + 1
-    static uint32_t slot_of(uint32_t set) { return (set * 0x9E3779B1u) >> 20; }
+    static constexpr uint32_t kMinBits = 9;
+    uint32_t slot_of(uint32_t set) const { return (set * 0x9E3779B1u) >> (32 - bits_); }
+    void grow() {
+      std::vector<uint64_t> old(size_t{2} << bits_, 0);
+      old.swap(slots_);
+      ++bits_;
+      const uint32_t mask = (1u << bits_) - 1;
+      used_.clear();
+      for (uint64_t v : old) {
+        if (v == 0) continue;
+        uint32_t i = slot_of(static_cast<uint32_t>((v >> 32) - 1));
+        while (slots_[i] != 0) i = (i + 1) & mask;
+        slots_[i] = v;
+        used_.push_back(i);
+      }
+    }
+    uint32_t bits_ = kMinBits;
     std::vector<uint64_t> slots_;  // (set + 1) << 32 | local state; 0: empty
     std::vector<uint32_t> used_;
   };
