@@ -773,8 +773,8 @@ TEST_P(Oracle, FirstClassWiderCoverMasksEqual) {
 }
 
 // The root's children less the leaves above ASCII whose tokens have no partial UTF-8 tail
-// (which a cover taking every code point from 128 on holds): checked child by child against
-// the tokens themselves.
+// (which a cover taking every code point from 128 on holds), and every root child's summary
+// (RootChild): checked child by child against the trie and the tokens themselves.
 TEST_P(Oracle, RootChildrenButHighLeavesListsTheRest) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
@@ -794,7 +794,28 @@ TEST_P(Oracle, RootChildrenButHighLeavesListsTheRest) {
       expect.push_back(j);
     }
   }
-  EXPECT_EQ(ix.root_children_but_high_leaves(), expect);
+  std::vector<uint32_t> rest;
+  for (const auto& rc : ix.root_kids_but_high_leaves()) rest.push_back(rc.node);
+  EXPECT_EQ(rest, expect);
+  // Every root child's summary, against its node and subtree.
+  ASSERT_EQ(ix.root_kids().size(), ix.root_children().size());
+  for (size_t k = 0; k < ix.root_kids().size(); ++k) {
+    const TokenIndex::RootChild& rc = ix.root_kids()[k];
+    const uint32_t j = ix.root_children()[k];
+    const auto& sc = ix.subtree_chars()[j];
+    const uint32_t te =
+        trie[j].end < trie.size() ? trie[trie[j].end].tok_begin : static_cast<uint32_t>(tt.size());
+    bool partial = false;
+    for (uint32_t t = trie[j].tok_begin; t < te; ++t) partial |= tt[t].partial.n_remain != 0;
+    ASSERT_EQ(rc.node, j);
+    EXPECT_EQ(rc.cp, trie[j].cp);
+    EXPECT_EQ(rc.end, trie[j].end);
+    EXPECT_EQ(rc.height, sc.height);
+    EXPECT_EQ(rc.ascii[0], sc.ascii[0]);
+    EXPECT_EQ(rc.ascii[1], sc.ascii[1]);
+    EXPECT_EQ(rc.non_ascii, sc.non_ascii);
+    EXPECT_EQ(rc.partial, partial) << "root child " << j;
+  }
   std::printf("[oracle] %s root children %zu, high leaves left out %zu\n", GetParam().c_str(),
               ix.root_children().size(), skipped);
 }

@@ -112,10 +112,25 @@ class TokenIndex {
   const std::vector<uint32_t>& cp_group_offsets() const { return cp_group_offsets_; }
   // Indices of the root's children, sorted by code point.
   const std::vector<uint32_t>& root_children() const { return root_children_; }
-  // The same less the leaves of a code point >= 128 whose tokens have no partial UTF-8 tail
-  // (qwen2 and gemma-4 have 10,000-20,000 of them: CJK characters, symbols), which a walk
-  // whose cover takes every such code point need not visit.
-  const std::vector<uint32_t>& root_children_but_high_leaves() const { return root_rest_; }
+  // A root child with what a walk from the root reads of it first, in one place: a context
+  // whose first code point is a broad class visits thousands of them, and reading each
+  // one's node, subtree summary and the next node's first token missed the cache three
+  // times (a tenth of a schema's first-key mask).
+  struct RootChild {
+    uint32_t node;
+    uint32_t cp;
+    uint32_t end;       // trie()[node].end
+    uint32_t height;    // subtree_chars()[node].height
+    uint64_t ascii[2];  // subtree_chars()[node].ascii
+    bool non_ascii;     // subtree_chars()[node].non_ascii
+    bool partial;       // a token of the subtree (its own included) has a partial UTF-8 tail
+  };
+  // Every root child, and the same less the leaves of a code point >= 128 whose tokens have
+  // no partial UTF-8 tail (qwen2 and gemma-4 have 10,000-20,000 of them: CJK characters,
+  // symbols), which a walk whose cover takes every code point from 128 on need not visit.
+  // Both sorted by code point.
+  const std::vector<RootChild>& root_kids() const { return root_kids_; }
+  const std::vector<RootChild>& root_kids_but_high_leaves() const { return root_rest_; }
   // Children of every node, sorted by code point: those of node j are
   // child_nodes()[child_offsets()[j] .. child_offsets()[j + 1]).
   const std::vector<uint32_t>& child_offsets() const { return child_offsets_; }
@@ -155,7 +170,8 @@ class TokenIndex {
   std::vector<TrieNode> trie_;
   std::vector<TrieToken> trie_tokens_;
   std::vector<uint32_t> root_children_;
-  std::vector<uint32_t> root_rest_;
+  std::vector<RootChild> root_rest_;
+  std::vector<RootChild> root_kids_;
   std::vector<uint32_t> child_offsets_;
   std::vector<uint32_t> child_nodes_;
   std::vector<SubtreeChars> subtree_chars_;

@@ -1701,34 +1701,20 @@ struct Classifier {
     }
   }
 
-  // Whether every token below the root's child j (in C0) is in the cover already and none
+  // Whether every token below the root's child rc (in C0) is in the cover already and none
   // has a partial UTF-8 tail: nothing there to walk. A leaf holds tokens of one code point
   // (qwen2 and gemma-4 have 10,000-20,000 such leaves, CJK characters and symbols); a
   // larger subtree qualifies when its code points lie in C1 and its tokens within the
   // cover's length (a line of `[^\n]{1,40}`: about 1,500 of llama-bpe's root children, each
   // a frame and a run lookup before), except in a walk observed for a repetition family,
   // which notes the levels its runs stand for as it walks (the cover's set is noted once).
-  bool in_cover(uint32_t j) {
-    const auto& node = tokens.trie()[j];
-    const auto& pt = tokens.partial_trie_tokens();
-    if (node.end != j + 1) {
-      const auto& sc = tokens.subtree_chars()[j];
-      if (obs_base != kNoObserve ||
-          (cover_len_ != WalkStates::kUnbounded && sc.height + 1 > cover_len_) ||
-          !(chars_within(sc, cover_class_) || no_exit_below(j))) {
-        return false;
-      }
-    }
-    const uint32_t tb = node.tok_begin, te = tok_begin_of(node.end);
-    // The root's children come in trie order: the search goes on from the last one's place
-    // (a binary search per child was most of a context's time where the cover held nearly
-    // everything: qwen2 has 17,804 root children).
-    size_t& k = cover_partial_;
-    if (k > 0 && pt[k - 1] >= tb) k = 0;
-    while (k < pt.size() && pt[k] < tb) ++k;
-    return k == pt.size() || pt[k] >= te;
+  bool in_cover(const TokenIndex::RootChild& rc) {
+    if (rc.partial) return false;
+    if (rc.end == rc.node + 1) return true;
+    return obs_base == kNoObserve &&
+           (cover_len_ == WalkStates::kUnbounded || rc.height + 1 <= cover_len_) &&
+           (chars_within(rc, cover_class_) || no_exit_below(rc.node));
   }
-  size_t cover_partial_ = 0;  // in_cover's place in partial_trie_tokens()
   // Whether no exit of the cover's class lies below node j (in C1): every code point below
   // is in C1. A subtree's code points say only whether some lie from 128 on, which a class
   // with holes or of CJK ranges cannot tell apart; its exits can.
@@ -3551,7 +3537,6 @@ struct Classifier {
     if (states.takes_high(set0)) classify_node(trie[0], set0, false, 0, false);
     const CharSet& top = g.charsets[g.elems[pool.pos(chain)].arg];
     setup_cover(set0);
-    cover_partial_ = 0;
     // Children of the root wholly in the cover are not walked (in_cover); the cover's set is
     // noted once for an observed walk.
     if (cover_bits != nullptr && obs_base != kNoObserve) note_low(set_low(cover_set));
@@ -3574,11 +3559,11 @@ struct Classifier {
     KidMemo* memo =
         labelled || obs_base != kNoObserve || cover_bits == nullptr ? nullptr : kid_memo;
     if (memo != nullptr && (++memo->uses < 2 || !memo_fits(*memo))) memo = nullptr;
-    auto walk_child = [&](uint32_t j) {
-      const auto& node = trie[j];
-      if (labelled && in_class(walked_, node.cp)) return;  // walked by live_walk or label_walk
-      if (cover_bits != nullptr && in_class(cover_first, node.cp)) {
-        if (in_cover(j)) return;
+    auto walk_child = [&](const TokenIndex::RootChild& rc) {
+      const uint32_t j = rc.node;
+      if (labelled && in_class(walked_, rc.cp)) return;  // walked by live_walk or label_walk
+      if (cover_bits != nullptr && in_class(cover_first, rc.cp)) {
+        if (in_cover(rc)) return;
         if (batch) {
           root_batch_.push_back(j);
           return;
@@ -3593,12 +3578,13 @@ struct Classifier {
     // A cover that takes every code point >= 128 holds the root's leaves there that have no
     // partial tail (in_cover), which need not be visited.
     const bool high_held = cover_bits != nullptr && cover_first.non_ascii && cover_first.holes == 0;
-    const auto& kids = high_held ? tokens.root_children_but_high_leaves() : tokens.root_children();
+    const auto& kids = high_held ? tokens.root_kids_but_high_leaves() : tokens.root_kids();
     if (!top.any && !top.negated) {
       for (const auto& r : top.ranges) {
-        auto it = std::lower_bound(kids.begin(), kids.end(), r.lo,
-                                   [&](uint32_t idx, uint32_t v) { return trie[idx].cp < v; });
-        for (; it != kids.end() && trie[*it].cp <= r.hi && !over_cap; ++it) walk_child(*it);
+        auto it =
+            std::lower_bound(kids.begin(), kids.end(), r.lo,
+                             [](const TokenIndex::RootChild& k, uint32_t v) { return k.cp < v; });
+        for (; it != kids.end() && it->cp <= r.hi && !over_cap; ++it) walk_child(*it);
       }
     } else {
       for (size_t k = 0; k < kids.size() && !over_cap; ++k) walk_child(kids[k]);

@@ -83,7 +83,8 @@ size_t TokenIndex::memory_bytes() const {
          control_.capacity() + eog_.capacity() * 4 + cps_.capacity() * 4 +
          cp_spans_.capacity() * sizeof(CpSpan) + partials_.capacity() * sizeof(PartialUtf8) +
          trie_.capacity() * sizeof(TrieNode) + trie_tokens_.capacity() * sizeof(TrieToken) +
-         root_children_.capacity() * 4 + root_rest_.capacity() * 4 +
+         root_children_.capacity() * 4 +
+         (root_rest_.capacity() + root_kids_.capacity()) * sizeof(RootChild) +
          subtree_chars_.capacity() * sizeof(SubtreeChars) + node_depth_.capacity() * 2 +
          cp_groups_.capacity() * sizeof(NodeWithParent) + cp_group_offsets_.capacity() * 4 +
          continuation_.capacity() * 4 + (child_offsets_.capacity() + child_nodes_.capacity()) * 4 +
@@ -285,6 +286,7 @@ void TokenIndex::finish() {
   root_children_.clear();
   for (uint32_t i = 1; i < trie_.size(); i = trie_[i].end) root_children_.push_back(i);
   root_rest_.clear();
+  root_kids_.clear();
   {
     size_t k = 0;  // partial_trie_tokens_ before the child's tokens
     for (uint32_t i : root_children_) {
@@ -293,7 +295,12 @@ void TokenIndex::finish() {
                                                       : static_cast<uint32_t>(trie_tokens_.size());
       while (k < partial_trie_tokens_.size() && partial_trie_tokens_[k] < tb) ++k;
       const bool partial = k < partial_trie_tokens_.size() && partial_trie_tokens_[k] < te;
-      if (trie_[i].cp < 128 || trie_[i].end != i + 1 || partial) root_rest_.push_back(i);
+      const SubtreeChars& sc = subtree_chars_[i];
+      const RootChild rc{
+          i,      trie_[i].cp, trie_[i].end, sc.height, {sc.ascii[0], sc.ascii[1]}, sc.non_ascii,
+          partial};
+      root_kids_.push_back(rc);
+      if (trie_[i].cp < 128 || trie_[i].end != i + 1 || partial) root_rest_.push_back(rc);
     }
   }
   child_offsets_.assign(trie_.size() + 1, 0);
