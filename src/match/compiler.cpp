@@ -2212,8 +2212,9 @@ struct Classifier {
     if (!in_class(cls, trie[j].cp)) {
       const auto& off = tokens.child_offsets();
       const auto& kids = tokens.child_nodes();
+      const auto& kid_cps = tokens.child_cps();
       for (uint32_t k = off[j]; k < off[j + 1]; ++k) {
-        if (!in_class(cls, trie[kids[k]].cp)) stop_cands_.push_back(kids[k]);
+        if (!in_class(cls, kid_cps[k])) stop_cands_.push_back(kids[k]);
       }
     }
     end_stop_run();
@@ -2358,9 +2359,10 @@ struct Classifier {
     }
     const auto& off = tokens.child_offsets();
     const auto& kids = tokens.child_nodes();
+    const auto& kid_cps = tokens.child_cps();
     for (uint32_t k = off[j]; k < off[j + 1]; ++k) {
       const uint32_t n = kids[k];
-      if (!in_class(cls, trie[n].cp)) {
+      if (!in_class(cls, kid_cps[k])) {
         stop(n, false);
         continue;
       }
@@ -2416,10 +2418,10 @@ struct Classifier {
   // not in skip, for frame f. Pushed in reverse so that they are visited in trie order.
   void queue_matching(uint32_t cb, uint32_t ce, const CharSet& cs, const CharSet* skip,
                       uint32_t f) {
-    const auto& trie = tokens.trie();
     const auto& kids = tokens.child_nodes();
+    const auto& kid_cps = tokens.child_cps();
     auto take = [&](uint32_t k) {
-      const uint32_t cp = trie[kids[k]].cp;
+      const uint32_t cp = kid_cps[k];
       if (cs.match(cp) && (skip == nullptr || !skip->match(cp))) todo.push_back({kids[k], f});
     };
     if (cs.any || cs.negated || cs.ranges.size() * 8 > ce - cb) {
@@ -2432,13 +2434,13 @@ struct Classifier {
       uint32_t lo = cb, hi = ce;
       while (lo < hi) {
         const uint32_t mid = (lo + hi) / 2;
-        if (trie[kids[mid]].cp <= r.hi) {
+        if (kid_cps[mid] <= r.hi) {
           lo = mid + 1;
         } else {
           hi = mid;
         }
       }
-      for (uint32_t k = lo; k-- > cb && trie[kids[k]].cp >= r.lo;) take(k);
+      for (uint32_t k = lo; k-- > cb && kid_cps[k] >= r.lo;) take(k);
     }
   }
 
@@ -2455,9 +2457,9 @@ struct Classifier {
       return;
     }
     if (fr.fexited) {
-      const auto& trie = tokens.trie();
+      const auto& kid_cps = tokens.child_cps();
       for (uint32_t k = ce; k-- > cb;) {
-        const uint32_t cp = trie[kids[k]].cp;
+        const uint32_t cp = kid_cps[k];
         if (leave_follow->match(cp) || (fr.first != nullptr && fr.first->match(cp)) ||
             (fr.ffirst != nullptr && fr.ffirst->match(cp))) {
           todo.push_back({kids[k], f});
@@ -3448,11 +3450,11 @@ struct Classifier {
   // Node j's child of code point cp, or kNoChild.
   uint32_t child_with(uint32_t j, uint32_t cp) const {
     const auto& off = tokens.child_offsets();
-    const auto& kids = tokens.child_nodes();
-    const auto& trie = tokens.trie();
-    auto it = std::lower_bound(kids.begin() + off[j], kids.begin() + off[j + 1], cp,
-                               [&](uint32_t idx, uint32_t v) { return trie[idx].cp < v; });
-    return it != kids.begin() + off[j + 1] && trie[*it].cp == cp ? *it : kNoChild;
+    const auto& cps = tokens.child_cps();
+    const auto end = cps.begin() + off[j + 1];
+    const auto it = std::lower_bound(cps.begin() + off[j], end, cp);
+    return it != end && *it == cp ? tokens.child_nodes()[static_cast<size_t>(it - cps.begin())]
+                                  : kNoChild;
   }
 
   // Walks the nodes queued in `todo`, each from its frame.

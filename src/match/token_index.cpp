@@ -87,7 +87,8 @@ size_t TokenIndex::memory_bytes() const {
          (root_rest_.capacity() + root_kids_.capacity()) * sizeof(RootChild) +
          subtree_chars_.capacity() * sizeof(SubtreeChars) + node_depth_.capacity() * 2 +
          cp_groups_.capacity() * sizeof(NodeWithParent) + cp_group_offsets_.capacity() * 4 +
-         continuation_.capacity() * 4 + (child_offsets_.capacity() + child_nodes_.capacity()) * 4 +
+         continuation_.capacity() * 4 +
+         (child_offsets_.capacity() + child_nodes_.capacity() + child_cps_.capacity()) * 4 +
          control_list_.capacity() * 4 + partial_trie_tokens_.capacity() * 4;
 }
 
@@ -306,9 +307,14 @@ void TokenIndex::finish() {
   child_offsets_.assign(trie_.size() + 1, 0);
   child_nodes_.clear();
   child_nodes_.reserve(trie_.size());
+  child_cps_.clear();
+  child_cps_.reserve(trie_.size());
   for (uint32_t j = 0; j < trie_.size(); ++j) {
     child_offsets_[j] = static_cast<uint32_t>(child_nodes_.size());
-    for (uint32_t c = j + 1; c < trie_[j].end; c = trie_[c].end) child_nodes_.push_back(c);
+    for (uint32_t c = j + 1; c < trie_[j].end; c = trie_[c].end) {
+      child_nodes_.push_back(c);
+      child_cps_.push_back(trie_[c].cp);
+    }
   }
   child_offsets_[trie_.size()] = static_cast<uint32_t>(child_nodes_.size());
 }
