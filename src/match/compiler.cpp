@@ -3559,11 +3559,11 @@ struct Classifier {
     // dies on them, or a small one.
     const bool no_cover = cover_bits == nullptr && obs_base == kNoObserve;
     // (Not where the chain starts with one ASCII code point: set0 takes that one alone, so
-    // no automaton over a broad class goes on from it (a live one would need C of at most
-    // kMaxDeadStart + 1 code points), and the search for one was a tenth of a key's
-    // context. Where a letter of a name is followed by a rule, as in the first letters of
-    // an object's key automaton, none of 190,000 such searches over the slow subset found
-    // one; the walk looks for it below the letter, live_region.)
+    // a live automaton from it would need a C of at most kMaxDeadStart + 1 code points, and
+    // a label walk a broad first class. The search for one was a tenth of a key's
+    // context; where a letter is followed by a rule, as in the first letters of an
+    // object's key automaton, none of 190,000 such searches over the slow subset found
+    // one. The walk looks for an automaton below the letter, live_region.)
     const uint32_t p0 = pool.pos(chain);
     const bool literal_start = literal_cp(p0) >= 0;
     const bool labelled =
