@@ -773,8 +773,9 @@ TEST_P(Oracle, FirstClassWiderCoverMasksEqual) {
 }
 
 // The root's children less the leaves above ASCII whose tokens have no partial UTF-8 tail
-// (which a cover taking every code point from 128 on holds), and every root child's summary
-// (RootChild): checked child by child against the trie and the tokens themselves.
+// (which a cover taking every code point from 128 on holds), every root child's summary
+// (RootChild) and every child's code point (child_cps): checked against the trie and the
+// tokens themselves.
 TEST_P(Oracle, RootChildrenButHighLeavesListsTheRest) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
@@ -815,6 +816,11 @@ TEST_P(Oracle, RootChildrenButHighLeavesListsTheRest) {
     EXPECT_EQ(rc.ascii[1], sc.ascii[1]);
     EXPECT_EQ(rc.non_ascii, sc.non_ascii);
     EXPECT_EQ(rc.partial, partial) << "root child " << j;
+  }
+  // Every child's code point beside its node id (child_cps).
+  ASSERT_EQ(ix.child_cps().size(), ix.child_nodes().size());
+  for (size_t k = 0; k < ix.child_nodes().size(); ++k) {
+    ASSERT_EQ(ix.child_cps()[k], trie[ix.child_nodes()[k]].cp) << "child entry " << k;
   }
   std::printf("[oracle] %s root children %zu, high leaves left out %zu\n", GetParam().c_str(),
               ix.root_children().size(), skipped);
