@@ -2431,16 +2431,9 @@ struct Classifier {
     // Few ranges, many children: binary-search each range.
     for (size_t ri = cs.ranges.size(); ri-- > 0;) {
       const auto& r = cs.ranges[ri];
-      uint32_t lo = cb, hi = ce;
-      while (lo < hi) {
-        const uint32_t mid = (lo + hi) / 2;
-        if (kid_cps[mid] <= r.hi) {
-          lo = mid + 1;
-        } else {
-          hi = mid;
-        }
-      }
-      for (uint32_t k = lo; k-- > cb && kid_cps[k] >= r.lo;) take(k);
+      const auto past = std::upper_bound(kid_cps.begin() + cb, kid_cps.begin() + ce, r.hi);
+      for (auto k = static_cast<uint32_t>(past - kid_cps.begin()); k-- > cb && kid_cps[k] >= r.lo;)
+        take(k);
     }
   }
 
