@@ -412,6 +412,7 @@ struct WalkCounters {
   std::atomic<uint64_t> live_large_sets{0};    // live automata with a set of more than 32 stacks
   std::atomic<uint64_t> live_dead_starts{0};   // live walks whose start set dies on some of C
   std::atomic<uint64_t> live_over_letters{0};  // live walks taken for letters past a cover's run
+  std::atomic<uint64_t> live_die_stops{0};     // nodes where a live walk's set dies on a letter
   std::atomic<uint64_t> kid_memo_hits{0};      // root children answered from a kid memo
   std::atomic<uint64_t> literal_runs{0};       // literals followed without a set per code point
   std::atomic<uint64_t> same_masks{0};         // masks found equal to one computed before

@@ -1765,7 +1765,8 @@ struct Classifier {
     if (la == nullptr) return false;
     if (max_exits == SIZE_MAX && !la->dies_at_start()) return true;
     const std::vector<uint32_t>* exits = class_exits(la->cls);
-    return exits != nullptr && exits->size() <= std::min(max_exits, kMaxLiveInsteadExits);
+    return exits != nullptr &&
+           exits->size() + la->stops.size() <= std::min(max_exits, kMaxLiveInsteadExits);
   }
 
   // The tokens of at most n full code points as a bitmask (SharedMasks::tokens_up_to),
@@ -2654,6 +2655,9 @@ struct Classifier {
     return states;
   }
   std::vector<uint32_t> label_next_{};
+  // find_labels with `stops`: per local state and label of C, whether the set dies there
+  // (label_next_ holds kNoState); empty where no set does.
+  std::vector<uint8_t> label_dies_{};
   std::vector<uint32_t> label_reps_{};  // a code point of each of C's labels (scratch)
   std::vector<uint32_t> label_set_at_{}, label_touched_{};
   // Per queued set q, its own labels and the set each leads to (0: none; its local state
@@ -2661,8 +2665,13 @@ struct Classifier {
   // 1]); local_scratch_: the labels being found.
   struct LocalLabel {
     Label label;
-    uint32_t next;
+    uint32_t next;  // the set (kDiesNext: find_labels' stops, the set dies on it)
   };
+  static constexpr uint32_t kDiesNext = 0xFFFFFFFEu;
+  // ASCII letters and digits (the code points of a name's letters), as a Label's bits.
+  static constexpr uint64_t kAlnum[2] = {
+      uint64_t{0x3FF} << '0',
+      (uint64_t{0x3FFFFFF} << ('A' - 64)) | (uint64_t{0x3FFFFFF} << ('a' - 64))};
   std::vector<LocalLabel> local_{};
   std::vector<uint32_t> local_off_{};
   std::vector<Label> local_scratch_{};
@@ -2725,13 +2734,20 @@ struct Classifier {
   // `max_labels` labels, and C stays broad or nothing is found.
   // `dead0` (live): ASCII code points on which set0 alone dies stay in C (set0 has no
   // transition on them; dead0_ holds them), where they were dropped from it.
+  // `stops` (live): a label of one ASCII letter or digit on which a set other than set0
+  // dies (a key automaton's last letter of a name the key must not contain) stays in C too:
+  // label_dies_ marks it, and the walk clears the tokens below the nodes where a path takes
+  // it there (die_stops). (Not a class: the hex digits on which a search for 32 of them dies
+  // after 31 have nodes everywhere, and such a walk was slower than the cover's.)
   uint64_t dead0_[2] = {0, 0};
   // The round of find_labels in which C's labels were last refined by each character set.
   std::vector<uint32_t> refined_at_{};
   uint32_t refine_stamp_ = 0;
+  bool stop_seen_ = false;  // find_labels kept a label on which a set dies, in some round
   bool find_labels(uint32_t set0, size_t max_labels = kMaxLabels, bool live = false,
-                   bool dead0 = false) {
+                   bool dead0 = false, bool stops = false) {
     large_live_set_ = false;
+    stop_seen_ = false;
     LabelStates& label_state_of = label_states();
     Label excl{{0, 0}, false};
     uint16_t holes = 0;  // live: the code points >= 128 left out of C (set_label_holes)
@@ -2752,6 +2768,7 @@ struct Classifier {
       local_off_.assign(1, 0);
       local_.clear();
       dead0_[0] = dead0_[1] = 0;
+      bool any_stop = false;
       label_queue_.push_back({set0, Label{{0, 0}, false}, SIZE_MAX});
       label_state_of.add(set0, 0);
       bool again = false;
@@ -2834,6 +2851,13 @@ struct Classifier {
             local_.push_back({l, 0});
             continue;
           }
+          if (stops && v == 0 && !l.non_ascii && (l.ascii[0] & ~kAlnum[0]) == 0 &&
+              (l.ascii[1] & ~kAlnum[1]) == 0 &&
+              __builtin_popcountll(l.ascii[0]) + __builtin_popcountll(l.ascii[1]) == 1) {
+            local_.push_back({l, kDiesNext});
+            any_stop = stop_seen_ = true;
+            continue;
+          }
           // Some member leaves the context on this label (live: or the set dies on it).
           if ((v & 1u) != 0 || (live && v == 0)) {
             // Live: the rarer of that label and the rarest one on the way here (the
@@ -2869,13 +2893,21 @@ struct Classifier {
         label_reps_.resize(k);
         for (size_t l = 0; l < k; ++l) label_reps_[l] = label_rep(labels_[l]);
         for (LocalLabel& e : local_) {
-          if (e.next != 0) e.next = label_state_of.at(e.next) + 1;  // (0 stays none)
+          if (e.next != 0 && e.next != kDiesNext) {
+            e.next = label_state_of.at(e.next) + 1;  // (0 stays none)
+          }
         }
+        label_dies_.clear();
+        if (any_stop) label_dies_.assign(label_next_.size(), 0);
         for (size_t q = 0; q < label_queue_.size(); ++q) {
           for (size_t l = 0; l < k; ++l) {
             for (uint32_t i = local_off_[q]; i < local_off_[q + 1]; ++i) {
               if (!in_label(local_[i].label, label_reps_[l])) continue;
-              if (local_[i].next != 0) label_next_[q * k + l] = local_[i].next - 1;
+              if (local_[i].next == kDiesNext) {
+                label_dies_[q * k + l] = 1;
+              } else if (local_[i].next != 0) {
+                label_next_[q * k + l] = local_[i].next - 1;
+              }
               break;
             }
           }
@@ -3100,6 +3132,12 @@ struct Classifier {
       const int l = table.label(cp);
       return l < 0 ? kNoState : next[size_t{q} * k + static_cast<uint32_t>(l)];
     }
+    // Where a set other than the start dies on a label of C (a key automaton's last letter
+    // of a name the key must not contain): dies[q * k + label] (next holds kNoState there;
+    // empty where none does), and the trie nodes where a path from the start takes such a
+    // label in such a state (die_stops), in trie order: no token below them is taken.
+    std::vector<uint8_t> dies;
+    std::vector<uint32_t> stops;
     // The local state after cps[from, to) from q (kNoState: one is outside C).
     uint32_t run(uint32_t q, const uint32_t* cps, size_t from, size_t to) const {
       for (size_t d = from; d < to && q != kNoState; ++d) q = step(q, cps[d]);
@@ -3138,12 +3176,32 @@ struct Classifier {
         (!dead0 || !states.takes_high(set))) {
       return nullptr;
     }
-    if (!find_labels(set, kMaxLiveLabels, true, dead0) ||
-        __builtin_popcountll(dead0_[0]) + __builtin_popcountll(dead0_[1]) > kMaxDeadStart) {
+    // At a context's start (dead0), a set may die on a letter of C first (die_stops); where
+    // that fails, or would stop at too many nodes, C leaves it out.
+    auto found = [&](bool stops) {
+      return find_labels(set, kMaxLiveLabels, true, dead0, stops) &&
+             __builtin_popcountll(dead0_[0]) + __builtin_popcountll(dead0_[1]) <= kMaxDeadStart;
+    };
+    std::unique_ptr<LiveAuto> la;
+    if (dead0) {
+      const bool ok = found(true);
+      if (ok) la = make_live();
+      if (la != nullptr && !la->dies.empty() && !die_stops(*la)) la = nullptr;
+      if (la == nullptr && stop_seen_ && found(false)) la = make_live();
+    } else if (found(false)) {
+      la = make_live();
+    }
+    if (la == nullptr) {
       if (label_steps_ > kCostlyLiveSteps && !live_optional_) ++live_costly_;
       return nullptr;
     }
     ++live_found_;
+    live_cells_ += la->next.size();
+    out = std::move(la);
+    return out.get();
+  }
+  // The automaton find_labels found.
+  std::unique_ptr<LiveAuto> make_live() {
     auto la = std::make_unique<LiveAuto>();
     la->cls = labels_union();  // broad: find_labels checked it in live mode
     la->dead0[0] = dead0_[0];
@@ -3160,10 +3218,118 @@ struct Classifier {
     }
     la->table = label_table();
     la->next = label_next_;
+    la->dies = label_dies_;
     for (const auto& e : label_queue_) la->sets.push_back(e.set);
-    live_cells_ += la->next.size();
-    out = std::move(la);
-    return out.get();
+    return la;
+  }
+
+  // la.stops: the trie nodes of a letter on which la dies, where the path from the start
+  // reaches a state that dies on it (a key's `b` after `githu`, where the key must not
+  // contain `github`). Found from the token index's code-point groups, and only the nodes
+  // whose path ends in a letter that enters such a state are run through the automaton:
+  // where that letter (c1) is one code point and so is the one before it (c2, a name's
+  // letters), the nodes of c1 whose parent is c2, and their child of the stopping letter
+  // (`hipcha` then `t`: the nodes of a `t` after an `a` are 2,400 on llama-bpe, read at
+  // 0.5 µs each). False (none kept) past kMaxStopCandidates of them: a letter on which a
+  // set dies from a state entered by most of C has nodes everywhere.
+  static constexpr size_t kMaxStopCandidates = 4096;
+  // The one ASCII code point of la's label l, or -1.
+  static int label_cp(const LiveAuto& la, uint32_t l) {
+    if (la.table.high == static_cast<int8_t>(l)) return -1;
+    int cp = -1;
+    for (int c = 0; c < 128; ++c) {
+      if (la.table.ascii[c] != static_cast<int8_t>(l)) continue;
+      if (cp >= 0) return -1;
+      cp = c;
+    }
+    return cp;
+  }
+  bool die_stops(LiveAuto& la) {
+    const uint32_t k = la.k;
+    const auto n_states = static_cast<uint32_t>(la.sets.size());
+    if (n_states > 64) return false;
+    // Per state: the labels that enter it; per label: the states that die on it.
+    std::vector<uint64_t> enter(n_states, 0);  // (k <= kMaxLiveLabels < 64)
+    std::vector<uint64_t> dying(k, 0);
+    for (uint32_t q = 0; q < n_states; ++q) {
+      for (uint32_t l = 0; l < k; ++l) {
+        const uint32_t nx = la.next[size_t{q} * k + l];
+        if (nx != kNoState) enter[nx] |= uint64_t{1} << l;
+        if (la.dies[size_t{q} * k + l] != 0) dying[l] |= uint64_t{1} << q;
+      }
+    }
+    // The one code point of the labels `ls` (a bit each), or -1.
+    auto only_cp = [&](uint64_t ls) {
+      return __builtin_popcountll(ls) == 1 ? label_cp(la, uint32_t(__builtin_ctzll(ls))) : -1;
+    };
+    const auto& trie = tokens.trie();
+    const auto& tt = tokens.trie_tokens();
+    const auto& depth_of = tokens.node_depth();
+    const auto& groups = tokens.cp_groups();
+    const auto& offsets = tokens.cp_group_offsets();
+    size_t candidates = 0;
+    la.stops.clear();
+    // Node b (of a stopping letter, label l): a stop where the path to it reaches a state
+    // that dies on l.
+    auto candidate = [&](uint32_t b, uint32_t l) {
+      size_t n;
+      const uint32_t* cps = tokens.code_points(tt[trie[b].tok_begin].id, &n);
+      const uint32_t q = la.run(0, cps, 0, depth_of[b] - 1u);
+      if (q != kNoState && la.dies[size_t{q} * k + l] != 0) la.stops.push_back(b);
+      return ++candidates <= kMaxStopCandidates;
+    };
+    for (uint32_t cp = 0; cp < 128; ++cp) {
+      const int li = la.table.ascii[cp];
+      if (li < 0 || dying[static_cast<uint32_t>(li)] == 0) continue;
+      const auto l = static_cast<uint32_t>(li);
+      // The labels after which a path can be in a state that dies on cp (c1's), and the
+      // states it comes from (p1) and the labels before those (c2's). (The start state
+      // dies on none: find_labels keeps those code points in dead0.)
+      uint64_t before = 0;
+      for (uint32_t q = 0; q < n_states; ++q) {
+        if ((dying[l] >> q) & 1u) before |= enter[q];
+      }
+      const int c1 = only_cp(before);
+      uint64_t p1 = 0, before2 = 0;
+      if (c1 >= 0) {
+        const uint32_t l1 = static_cast<uint32_t>(__builtin_ctzll(before));
+        for (uint32_t q = 0; q < n_states; ++q) {
+          const uint32_t nx = la.next[size_t{q} * k + l1];
+          if (nx != kNoState && ((dying[l] >> nx) & 1u) != 0) {
+            p1 |= uint64_t{1} << q;
+            before2 |= enter[q];
+          }
+        }
+      }
+      const int c2 = c1 >= 0 ? only_cp(before2) : -1;
+      if (c2 >= 0) {
+        const auto u1 = static_cast<uint32_t>(c1);
+        // c1 at the root, when the start state goes to a dying state on it.
+        if ((p1 & 1u) != 0) {
+          const auto& roots = tokens.root_children();
+          auto it = std::lower_bound(roots.begin(), roots.end(), u1,
+                                     [&](uint32_t j, uint32_t c) { return trie[j].cp < c; });
+          const uint32_t b =
+              it != roots.end() && trie[*it].cp == u1 ? child_with(*it, cp) : kNoChild;
+          if (b != kNoChild && !candidate(b, l)) return false;
+        }
+        for (uint32_t i = offsets[u1]; i < offsets[u1 + 1]; ++i) {
+          if (groups[i].parent_cp != static_cast<uint32_t>(c2)) continue;
+          tick();
+          const uint32_t b = child_with(groups[i].node, cp);
+          if (b != kNoChild && !candidate(b, l)) return false;
+        }
+        continue;
+      }
+      for (uint32_t i = offsets[cp]; i < offsets[cp + 1]; ++i) {
+        const int pl = la.table.label(groups[i].parent_cp);
+        if (pl < 0 || ((before >> pl) & 1u) == 0) continue;
+        tick();
+        if (!candidate(groups[i].node, l)) return false;
+      }
+    }
+    std::sort(la.stops.begin(), la.stops.end());
+    return true;
   }
 
   // A token of C* below a node where the automaton is in local state q0, `from` code points
@@ -3187,7 +3353,9 @@ struct Classifier {
     if (la == nullptr) return false;
     const std::vector<uint32_t>* exits = class_exits(la->cls);
     if (exits == nullptr) return false;
-    if (la->dies_at_start() && exits->size() > kMaxLiveInsteadExits) return false;
+    if (la->dies_at_start() && exits->size() + la->stops.size() > kMaxLiveInsteadExits) {
+      return false;
+    }
     const std::vector<uint32_t>* bits = class_tokens(la->cls);
     if (bits == nullptr) return false;
     detail::test_walk_counters.live_walks.fetch_add(1, std::memory_order_relaxed);
@@ -3206,6 +3374,13 @@ struct Classifier {
       cover_first.ascii[0] &= ~la->dead0[0];
       cover_first.ascii[1] &= ~la->dead0[1];
       clear_root_children(la->dead0);
+    }
+    // The nodes where a set dies on a letter of C (die_stops): their tokens are cleared
+    // from the class's (the exits below them are not walked: their states are none).
+    if (!la->stops.empty()) {
+      detail::test_walk_counters.live_die_stops.fetch_add(la->stops.size(),
+                                                          std::memory_order_relaxed);
+      cover_clear.insert(cover_clear.end(), la->stops.begin(), la->stops.end());
     }
     const auto& trie = tokens.trie();
     const auto& tt = tokens.trie_tokens();
