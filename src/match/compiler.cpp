@@ -1592,8 +1592,8 @@ struct Classifier {
       // code-point groups: building the cover's exits to count them (a class per letter
       // a search leaves out) cost more than either walk. (Under a third of them until the
       // twenty-seventh pass: the key after `github` in Github_hard o82144, 1,860 exits
-      // against 3,354 `h` nodes, took a cover of 1.1-1.8 ms where the live walk takes
-      // 0.2-0.3 ms; over the 892 slowest dev-set schemas the change measured neutral.)
+      // against 3,354 `h` nodes, took a cover of 1.1-2.8 ms a context: the mask went from
+      // 2.4-3.5 to 1.1-1.7 ms; over the 892 slowest dev-set schemas, neutral.)
       if (printable_count(beyond) > 0 &&
           live_instead(set0, class_nodes({{beyond[0], beyond[1]}, false}))) {
         detail::test_walk_counters.live_over_letters.fetch_add(1, std::memory_order_relaxed);
