@@ -1171,7 +1171,7 @@ m ::= [abc] k | [^"\\abc] m | "\"")g",
 // the names a key contains. At a key's start, the automaton of keys that must not contain
 // `github` dies on the `b` after `githu`; a live search dropped `b` from C, whose exits
 // were then every `b` node below a key's character, and the key was walked through a cover
-// instead (2-3.5 ms a context, 8-12 ms a first-use mask). Such letters stay in C now, and
+// instead (2-3.5 ms a context, 7-12 ms a first-use mask). Such letters stay in C now, and
 // the tokens below the nodes where a path takes one in a dying state are cleared from the
 // class's bitmask (die stops). Keys with the names, inside others, cut short, and strings
 // that must not contain `ab`; random walks and documents, in per-rule mode and inline.
