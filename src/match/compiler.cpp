@@ -3304,18 +3304,11 @@ struct Classifier {
           }
         }
       }
-      const int c2 = c1 >= 0 ? only_cp(before2) : -1;
+      // (Not where the start state goes to a dying state on c1: a path may then be c1
+      // alone, below a root child, which the scan of the dying letter's nodes covers.)
+      const int c2 = c1 >= 0 && (p1 & 1u) == 0 ? only_cp(before2) : -1;
       if (c2 >= 0) {
         const auto u1 = static_cast<uint32_t>(c1);
-        // c1 at the root, when the start state goes to a dying state on it.
-        if ((p1 & 1u) != 0) {
-          const auto& roots = tokens.root_children();
-          auto it = std::lower_bound(roots.begin(), roots.end(), u1,
-                                     [&](uint32_t j, uint32_t c) { return trie[j].cp < c; });
-          const uint32_t b =
-              it != roots.end() && trie[*it].cp == u1 ? child_with(*it, cp) : kNoChild;
-          if (b != kNoChild && !candidate(b, l)) return false;
-        }
         for (uint32_t i = offsets[u1]; i < offsets[u1 + 1]; ++i) {
           if (groups[i].parent_cp != static_cast<uint32_t>(c2)) continue;
           tick();
