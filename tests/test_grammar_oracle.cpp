@@ -826,6 +826,82 @@ TEST_P(Oracle, RootChildrenButHighLeavesListsTheRest) {
               ix.root_children().size(), skipped);
 }
 
+// The code-point pairs (each group's nodes again by their parent's group, in trie order), the
+// nodes above ASCII by code point, and each group's token bitmask (with the ASCII blocks'
+// unions), against the trie and the tokens' own code points.
+TEST_P(Oracle, CodePointPairsAndTokenBitsMatchTheTrie) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const TokenIndex& ix = *fx.index;
+  const auto& trie = ix.trie();
+  constexpr uint32_t kG = TokenIndex::kCpGroups;
+  auto group_of = [](uint32_t cp) { return cp < 128 ? cp : 128u; };
+  // Every node below depth one once, in the pair of its code point and its parent's.
+  std::vector<uint32_t> parent_of(trie.size(), 0);
+  for (uint32_t j = 0; j < trie.size(); ++j) {
+    for (uint32_t c = j + 1; c < trie[j].end; c = trie[c].end) parent_of[c] = j;
+  }
+  const auto& pairs = ix.cp_pairs();
+  const auto& poff = ix.cp_pair_offsets();
+  ASSERT_EQ(poff.size(), size_t{kG} * kG + 1);
+  ASSERT_EQ(poff.back(), pairs.size());
+  std::vector<uint8_t> seen(trie.size(), 0);
+  size_t deep = 0;
+  for (uint32_t j = 1; j < trie.size(); ++j) deep += parent_of[j] != 0;
+  ASSERT_EQ(pairs.size(), deep);
+  for (uint32_t p = 0; p < kG * kG; ++p) {
+    for (uint32_t k = poff[p]; k < poff[p + 1]; ++k) {
+      const uint32_t j = pairs[k].node;
+      ASSERT_LT(j, trie.size());
+      ASSERT_NE(parent_of[j], 0u) << "node " << j << " is a root child";
+      EXPECT_EQ(pairs[k].parent_cp, trie[parent_of[j]].cp);
+      EXPECT_EQ(group_of(trie[j].cp) * kG + group_of(trie[parent_of[j]].cp), p);
+      if (k > poff[p]) {
+        EXPECT_LT(pairs[k - 1].node, j) << "pair " << p << " not in trie order";
+      }
+      EXPECT_EQ(seen[j]++, 0) << "node " << j << " twice";
+    }
+  }
+  // The nodes above ASCII, sorted by code point and then node, with their parent's.
+  const auto& high = ix.high_nodes();
+  size_t n_high = 0;
+  for (uint32_t j = 1; j < trie.size(); ++j) n_high += trie[j].cp >= 128;
+  ASSERT_EQ(high.size(), n_high);
+  for (size_t k = 0; k < high.size(); ++k) {
+    const auto& h = high[k];
+    ASSERT_LT(h.node, trie.size());
+    EXPECT_EQ(h.cp, trie[h.node].cp);
+    EXPECT_EQ(h.parent_cp,
+              parent_of[h.node] == 0 ? TokenIndex::kRootParent : trie[parent_of[h.node]].cp);
+    if (k > 0) {
+      EXPECT_TRUE(high[k - 1].cp < h.cp || (high[k - 1].cp == h.cp && high[k - 1].node < h.node))
+          << "high node " << k << " out of order";
+    }
+  }
+  // Each group's tokens, and each block's union.
+  const size_t words = bitmask_words(ix.n_vocab());
+  std::vector<std::vector<uint32_t>> expect(kG + 4, std::vector<uint32_t>(words, 0));
+  for (const auto& t : ix.trie_tokens()) {
+    size_t n;
+    const uint32_t* cps = ix.code_points(t.id, &n);
+    for (size_t i = 0; i < n; ++i) {
+      bitmask_set(expect[group_of(cps[i])].data(), t.id);
+      if (cps[i] < 128) bitmask_set(expect[kG + cps[i] / 32].data(), t.id);
+    }
+  }
+  size_t set_bits = 0;
+  for (uint32_t g = 0; g < kG + 4; ++g) {
+    const uint32_t* got = ix.cp_token_bits(g);
+    for (size_t w = 0; w < words; ++w) {
+      ASSERT_EQ(got[w], expect[g][w]) << "group " << g << " word " << w;
+      set_bits += static_cast<size_t>(__builtin_popcount(got[w]));
+    }
+  }
+  EXPECT_GT(set_bits, ix.trie_tokens().size());
+  std::printf("[oracle] %s code-point pairs %zu, nodes above ASCII %zu, group token bits set %zu\n",
+              GetParam().c_str(), pairs.size(), high.size(), set_bits);
+}
+
 TEST_P(Oracle, BoundedRunCutMasksEqual) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";

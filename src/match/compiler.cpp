@@ -1873,13 +1873,16 @@ struct Classifier {
     if (it != class_tokens_cache_.end()) return it->second;
     const std::vector<uint32_t>* out = nullptr;
     detail::SharedMasks& shared = tokens.shared_masks();
-    // Where the class's exits are known, the tokens of every code point's class less those
-    // below an exit or a root child outside the class: tens of microseconds, where the
-    // preorder pass below visits most of the trie for a broad class (0.3-1 ms a class, and
-    // live walks meet new classes). (Both locked apart: class_exits takes shared.mu.)
+    // The tokens of every code point's class less those with a code point outside `cls`
+    // (TokenIndex::cp_token_bits, by group and by ASCII block): tens of microseconds, where
+    // the preorder pass below visits most of the trie for a broad class (0.3-1 ms a class,
+    // and live walks meet new classes). (Locked apart: the nested call takes shared.mu.)
     const Label every{{~uint64_t{0}, ~uint64_t{0}}, true};
-    const std::vector<uint32_t>* exits = cls == every ? nullptr : class_exits(cls);
-    const std::vector<uint32_t>* all = exits != nullptr ? class_tokens(every) : nullptr;
+    const std::vector<uint32_t>* all = cls == every ? nullptr : class_tokens(every);
+    if (cls != every && all == nullptr) {
+      class_tokens_cache_.emplace(key, nullptr);
+      return nullptr;
+    }
     {
       std::lock_guard<std::mutex> lock(shared.mu);
       auto sit = shared.class_tokens.find(key);
@@ -1889,28 +1892,20 @@ struct Classifier {
         const size_t words = bitmask_words(tokens.n_vocab());
         if (shared.bytes + words * 4 <= detail::SharedMasks::kMaxBytes) {
           auto bits = std::make_unique<std::vector<uint32_t>>(words, 0);
-          const auto& trie = tokens.trie();
-          const auto& tt = tokens.trie_tokens();
           if (all != nullptr) {
             *bits = *all;
-            for (uint32_t j : tokens.root_children()) {
-              if (!in_class(cls, trie[j].cp)) clear_tokens_below(*bits, j);
-            }
-            for (uint32_t b : *exits) clear_tokens_below(*bits, b);
+            leave_out_tokens(cls, *bits);
           } else {
-            // The trie in preorder, pruned at code points outside the class.
-            for (uint32_t j = 1; j < trie.size();) {
-              if (!in_class(cls, trie[j].cp)) {
-                j = trie[j].end;
-                continue;
-              }
+            // The trie in preorder (every token of the trie but partial tails and controls).
+            const auto& trie = tokens.trie();
+            const auto& tt = tokens.trie_tokens();
+            for (uint32_t j = 1; j < trie.size(); ++j) {
               for (uint32_t k = trie[j].tok_begin; k < trie[j].tok_end; ++k) {
                 const auto& t = tt[k];
                 if (t.partial.n_remain != 0) continue;
                 if (!key.controls_as_text && tokens.is_control(t.id)) continue;
                 bitmask_set(bits->data(), t.id);
               }
-              ++j;
             }
           }
           shared.bytes += words * 4;
@@ -1921,6 +1916,57 @@ struct Classifier {
     }
     class_tokens_cache_.emplace(key, out);
     return out;
+  }
+  // Clears from `bits` every token with a code point outside `cls`: the groups of the ASCII
+  // code points outside it (a whole block's union where it leaves out all 32), then those
+  // from 128 on. With holes, the tokens below a node whose code point >= 128 is outside the
+  // class and whose parent is inside it or the root (the first such code point of a token;
+  // one that meets an ASCII code point outside first is cleared above).
+  void leave_out_tokens(const detail::SharedMasks::ClassKey& cls,
+                        std::vector<uint32_t>& bits) const {
+    const size_t words = bits.size();
+    auto clear_group = [&](uint32_t g) {
+      const uint32_t* gb = tokens.cp_token_bits(g);
+      for (size_t w = 0; w < words; ++w) bits[w] &= ~gb[w];
+    };
+    for (uint32_t b = 0; b < 4; ++b) {
+      const auto out = static_cast<uint32_t>(~(cls.ascii[b >> 1] >> (32 * (b & 1))));
+      if (out == ~uint32_t{0}) {
+        clear_group(TokenIndex::kCpGroups + b);
+        continue;
+      }
+      for (uint32_t m = out; m != 0; m &= m - 1) {
+        clear_group(32 * b + static_cast<uint32_t>(__builtin_ctz(m)));
+      }
+    }
+    if (cls.holes == 0) {
+      if (!cls.non_ascii) clear_group(128);
+      return;
+    }
+    high_nodes_outside(cls, [&](const TokenIndex::HighNode& h) {
+      if (h.parent_cp == TokenIndex::kRootParent || in_class(cls, h.parent_cp)) {
+        clear_tokens_below(bits, h.node);
+      }
+    });
+  }
+  // Calls f on each trie node whose code point >= 128 is outside `cls` (a class with
+  // holes): through the sorted high nodes, those in the holes where the class takes every
+  // other code point from 128 on, else each one outside the code points it holds.
+  template <class F>
+  void high_nodes_outside(const detail::SharedMasks::ClassKey& cls, F f) const {
+    const auto& high = tokens.high_nodes();
+    if (!cls.non_ascii) {
+      for (const TokenIndex::HighNode& h : high) {
+        if (!in_class(cls, h.cp)) f(h);
+      }
+      return;
+    }
+    for (const CharRange& r : detail::class_holes(cls.holes)) {
+      auto it =
+          std::lower_bound(high.begin(), high.end(), r.lo,
+                           [](const TokenIndex::HighNode& h, uint32_t cp) { return h.cp < cp; });
+      for (; it != high.end() && it->cp <= r.hi; ++it) f(*it);
+    }
   }
 
   // Printable ASCII code points (0x20-0x7E) in a bitmap of 0-127. A class with fewer than
@@ -2062,14 +2108,32 @@ struct Classifier {
         worth = count * 8 <= trie.size();
       }
     }
-    for (uint32_t g = 0; g <= 128 && worth && !from_inside; ++g) {
-      if (g < 128 ? in_class(key, g) : key.non_ascii && key.holes == 0) continue;
-      for (uint32_t k = goff[g]; k < goff[g + 1]; ++k) {
-        const auto& e = groups[k];
-        if (!in_class(key, e.parent_cp)) continue;
-        if (g == 128 && in_class(key, trie[e.node].cp)) continue;  // not in a hole
-        mark(e.node);
+    // Otherwise the pairs of a group outside the class and a parent's group inside it, read
+    // whole; entry by entry only where a group >= 128 is split by holes.
+    const auto& pairs = tokens.cp_pairs();
+    const auto& poff = tokens.cp_pair_offsets();
+    constexpr uint32_t kG = TokenIndex::kCpGroups;
+    // With holes, the nodes of group 128 outside the class come from the sorted high nodes.
+    const uint32_t last_group = key.holes != 0 ? 127 : 128;
+    for (uint32_t g = 0; g <= last_group && worth && !from_inside; ++g) {
+      if (g < 128 ? in_class(key, g) : key.non_ascii) continue;
+      for (uint32_t pg = 0; pg <= 128; ++pg) {
+        if (pg < 128 ? !in_class(key, pg) : !key.non_ascii && key.holes == 0) continue;
+        const uint32_t* o = poff.data() + g * kG + pg;
+        if (pg < 128 || key.holes == 0) {
+          for (uint32_t k = o[0]; k < o[1]; ++k) mark(pairs[k].node);
+          continue;
+        }
+        for (uint32_t k = o[0]; k < o[1]; ++k) {
+          if (in_class(key, pairs[k].parent_cp)) mark(pairs[k].node);
+        }
       }
+      worth = count * 8 <= trie.size();
+    }
+    if (key.holes != 0 && worth && !from_inside) {
+      high_nodes_outside(key, [&](const TokenIndex::HighNode& h) {
+        if (h.parent_cp != TokenIndex::kRootParent && in_class(key, h.parent_cp)) mark(h.node);
+      });
       worth = count * 8 <= trie.size();
     }
     std::unique_ptr<std::vector<uint32_t>> exits;

@@ -86,7 +86,9 @@ size_t TokenIndex::memory_bytes() const {
          root_children_.capacity() * 4 +
          (root_rest_.capacity() + root_kids_.capacity()) * sizeof(RootChild) +
          subtree_chars_.capacity() * sizeof(SubtreeChars) + node_depth_.capacity() * 2 +
-         cp_groups_.capacity() * sizeof(NodeWithParent) + cp_group_offsets_.capacity() * 4 +
+         (cp_groups_.capacity() + cp_pairs_.capacity()) * sizeof(NodeWithParent) +
+         (cp_group_offsets_.capacity() + cp_pair_offsets_.capacity()) * 4 +
+         cp_token_bits_.capacity() * 4 + high_nodes_.capacity() * sizeof(HighNode) +
          continuation_.capacity() * 4 +
          (child_offsets_.capacity() + child_nodes_.capacity() + child_cps_.capacity()) * 4 +
          control_list_.capacity() * 4 + partial_trie_tokens_.capacity() * 4;
@@ -282,6 +284,47 @@ void TokenIndex::finish() {
     for (size_t i = 1; i < trie_.size(); ++i) {
       if (parent[i] == 0) continue;
       cp_groups_[fill[group_of(trie_[i].cp)]++] = {static_cast<uint32_t>(i), trie_[parent[i]].cp};
+    }
+  }
+  // The pairs: a counting sort of the groups' entries (each in trie order) by pair.
+  cp_pair_offsets_.assign(size_t{kCpGroups} * kCpGroups + 1, 0);
+  auto pair_of = [&](const NodeWithParent& e) {
+    return group_of(trie_[e.node].cp) * kCpGroups + group_of(e.parent_cp);
+  };
+  for (const NodeWithParent& e : cp_groups_) ++cp_pair_offsets_[pair_of(e) + 1];
+  for (size_t k = 1; k < cp_pair_offsets_.size(); ++k)
+    cp_pair_offsets_[k] += cp_pair_offsets_[k - 1];
+  cp_pairs_.assign(cp_groups_.size(), NodeWithParent{0, 0});
+  {
+    std::vector<uint32_t> fill(cp_pair_offsets_.begin(), cp_pair_offsets_.end() - 1);
+    for (const NodeWithParent& e : cp_groups_) cp_pairs_[fill[pair_of(e)]++] = e;
+  }
+  high_nodes_.clear();
+  for (size_t i = 1; i < trie_.size(); ++i) {
+    if (trie_[i].cp < 128) continue;
+    high_nodes_.push_back({trie_[i].cp, static_cast<uint32_t>(i),
+                           parent[i] == 0 ? kRootParent : trie_[parent[i]].cp});
+  }
+  std::sort(high_nodes_.begin(), high_nodes_.end(), [](const HighNode& a, const HighNode& b) {
+    return a.cp != b.cp ? a.cp < b.cp : a.node < b.node;
+  });
+  // Each trie token's code points, by group; then the ASCII blocks' unions.
+  {
+    const size_t words = (n + 31) / 32;
+    cp_token_bits_.assign((size_t{kCpGroups} + 4) * words, 0);
+    for (const TrieToken& t : trie_tokens_) {
+      const CpSpan sp = cp_spans_[static_cast<size_t>(t.id)];
+      for (uint32_t k = sp.off; k < sp.off + sp.n; ++k) {
+        uint32_t* g = cp_token_bits_.data() + size_t{group_of(cps_[k])} * words;
+        g[static_cast<uint32_t>(t.id) >> 5] |= 1u << (static_cast<uint32_t>(t.id) & 31);
+      }
+    }
+    for (uint32_t b = 0; b < 4; ++b) {
+      uint32_t* u = cp_token_bits_.data() + (size_t{kCpGroups} + b) * words;
+      for (uint32_t c = 32 * b; c < 32 * b + 32; ++c) {
+        const uint32_t* g = cp_token_bits_.data() + size_t{c} * words;
+        for (size_t w = 0; w < words; ++w) u[w] |= g[w];
+      }
     }
   }
   root_children_.clear();
