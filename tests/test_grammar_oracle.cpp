@@ -1409,6 +1409,15 @@ s ::= [a-zA-Z0-9\-. ,\t\u00a0\u2000-\u200a\u3000])g",
       {R"g(root ::= "\"" c* c "txt" "\""
 c ::= [^\x00-\x1F"\\])g",
        R"("report.txt")"},
+      // Classes that take a few ranges above ASCII beside their ASCII code points (holes
+      // inside the class): the tokens of those ranges' letters alone come back into the
+      // class's tokens, and a node of such a letter is no exit.
+      {R"g(root ::= "\"" w* w "ción" w* "\""
+w ::= [a-zA-Z0-9 ,.\-\u00c0-\u00ff\u0400-\u044f])g",
+       R"("la canción de Zoé, Привет")"},
+      {R"g(root ::= "\"" w{0,30} "\"" ("," root)?
+w ::= [a-zA-Z0-9 ,.\-\u00c0-\u00ff])g",
+       R"("Zoé à Genève","hôtel")"},
       {R"g(root ::= "\"" (d+ "/")? d+ ":" d+ "\"")g" + dot, R"("docker.io/library/python:3")"},
       // Words of `\S`, which leaves out a few spaces above ASCII: every other code point
       // above ASCII steps like the first of them (WalkStates::high_like).

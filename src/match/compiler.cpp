@@ -1894,7 +1894,7 @@ struct Classifier {
           auto bits = std::make_unique<std::vector<uint32_t>>(words, 0);
           if (all != nullptr) {
             *bits = *all;
-            leave_out_tokens(cls, *bits);
+            leave_out_tokens(cls, *all, *bits);
           } else {
             // The trie in preorder (every token of the trie but partial tails and controls).
             const auto& trie = tokens.trie();
@@ -1917,12 +1917,14 @@ struct Classifier {
     class_tokens_cache_.emplace(key, out);
     return out;
   }
-  // Clears from `bits` every token with a code point outside `cls`: the groups of the ASCII
-  // code points outside it (a whole block's union where it leaves out all 32), then those
-  // from 128 on. With holes, the tokens below a node whose code point >= 128 is outside the
-  // class and whose parent is inside it or the root (the first such code point of a token;
-  // one that meets an ASCII code point outside first is cleared above).
-  void leave_out_tokens(const detail::SharedMasks::ClassKey& cls,
+  // Clears from `bits` (a copy of `all`, the every-code-point class's tokens) every token
+  // with a code point outside `cls`: the groups of the ASCII code points outside it (a whole
+  // block's union where it leaves out all 32), then group 128 where the class takes no code
+  // point from 128 on but its holes. With holes outside the class, the tokens below a hole's
+  // node whose parent is inside the class or the root (where the token first leaves it; one
+  // that meets an ASCII code point outside first is cleared above); with holes inside it, the
+  // tokens below a hole's node all of whose code points are in the class come back.
+  void leave_out_tokens(const detail::SharedMasks::ClassKey& cls, const std::vector<uint32_t>& all,
                         std::vector<uint32_t>& bits) const {
     const size_t words = bits.size();
     auto clear_group = [&](uint32_t g) {
@@ -1939,28 +1941,41 @@ struct Classifier {
         clear_group(32 * b + static_cast<uint32_t>(__builtin_ctz(m)));
       }
     }
-    if (cls.holes == 0) {
-      if (!cls.non_ascii) clear_group(128);
+    if (!cls.non_ascii) clear_group(128);
+    if (cls.holes == 0) return;
+    if (cls.non_ascii) {
+      // The tokens below a hole's node whose parent is inside the class or the root (the
+      // first code point of the token outside it, where no ASCII one came first).
+      high_nodes_in_holes(cls, [&](const TokenIndex::HighNode& h) {
+        if (h.parent_cp == TokenIndex::kRootParent || in_class(cls, h.parent_cp)) {
+          clear_tokens_below(bits, h.node);
+        }
+      });
       return;
     }
-    high_nodes_outside(cls, [&](const TokenIndex::HighNode& h) {
-      if (h.parent_cp == TokenIndex::kRootParent || in_class(cls, h.parent_cp)) {
-        clear_tokens_below(bits, h.node);
+    // The class holds some code points from 128 on (`cls.holes`, CJK ranges): the tokens
+    // below their nodes whose code points are all in the class come back.
+    const auto& trie = tokens.trie();
+    const auto& tt = tokens.trie_tokens();
+    high_nodes_in_holes(cls, [&](const TokenIndex::HighNode& h) {
+      const uint32_t te = tok_begin_of(trie[h.node].end);
+      for (uint32_t k = trie[h.node].tok_begin; k < te; ++k) {
+        const auto t = static_cast<uint32_t>(tt[k].id);
+        if (bitmask_test(bits.data(), t) || !bitmask_test(all.data(), t)) continue;
+        size_t n;
+        const uint32_t* cps = tokens.code_points(tt[k].id, &n);
+        if (std::all_of(cps, cps + n, [&](uint32_t c) { return in_class(cls, c); })) {
+          bits[t >> 5] |= 1u << (t & 31);
+        }
       }
     });
   }
-  // Calls f on each trie node whose code point >= 128 is outside `cls` (a class with
-  // holes): through the sorted high nodes, those in the holes where the class takes every
-  // other code point from 128 on, else each one outside the code points it holds.
+  // Calls f on each trie node whose code point >= 128 lies in the holes of `cls` (outside
+  // the class where it takes every other code point from 128 on, inside it where it takes
+  // only those): a binary search per range in the nodes sorted by code point.
   template <class F>
-  void high_nodes_outside(const detail::SharedMasks::ClassKey& cls, F f) const {
+  void high_nodes_in_holes(const detail::SharedMasks::ClassKey& cls, F f) const {
     const auto& high = tokens.high_nodes();
-    if (!cls.non_ascii) {
-      for (const TokenIndex::HighNode& h : high) {
-        if (!in_class(cls, h.cp)) f(h);
-      }
-      return;
-    }
     for (const CharRange& r : detail::class_holes(cls.holes)) {
       auto it =
           std::lower_bound(high.begin(), high.end(), r.lo,
@@ -2131,9 +2146,32 @@ struct Classifier {
       worth = count * 8 <= trie.size();
     }
     if (key.holes != 0 && worth && !from_inside) {
-      high_nodes_outside(key, [&](const TokenIndex::HighNode& h) {
-        if (h.parent_cp != TokenIndex::kRootParent && in_class(key, h.parent_cp)) mark(h.node);
-      });
+      if (key.non_ascii) {
+        // The holes' nodes whose parent is inside the class.
+        high_nodes_in_holes(key, [&](const TokenIndex::HighNode& h) {
+          if (h.parent_cp != TokenIndex::kRootParent && in_class(key, h.parent_cp)) mark(h.node);
+        });
+      } else {
+        // Every node from 128 on below an ASCII parent inside the class but those the class
+        // holds; and the children from 128 on outside it of the nodes it holds.
+        for (uint32_t pg = 0; pg < 128; ++pg) {
+          if (!in_class(key, pg)) continue;
+          const uint32_t* o = poff.data() + 128 * kG + pg;
+          for (uint32_t k = o[0]; k < o[1]; ++k) mark(pairs[k].node);
+        }
+        const auto& coff = tokens.child_offsets();
+        const auto& kids = tokens.child_nodes();
+        const auto& kid_cps = tokens.child_cps();
+        high_nodes_in_holes(key, [&](const TokenIndex::HighNode& h) {
+          if (h.parent_cp < 128 && in_class(key, h.parent_cp)) {
+            bits[h.node >> 6] &= ~(uint64_t{1} << (h.node & 63));
+            --count;
+          }
+          for (uint32_t k = coff[h.node]; k < coff[h.node + 1]; ++k) {
+            if (kid_cps[k] >= 128 && !in_class(key, kid_cps[k])) mark(kids[k]);
+          }
+        });
+      }
       worth = count * 8 <= trie.size();
     }
     std::unique_ptr<std::vector<uint32_t>> exits;
