@@ -2079,11 +2079,23 @@ struct Classifier {
     if (takes_high_cps(cls)) n += goff[129] - goff[128];
     return n;
   }
-  // The nodes an exits build of `key` looks at: those outside the class, or for a class
-  // without ASCII code points, those inside it (build_class_exits).
+  // The nodes an exits build of `key` looks at: for a class without ASCII code points,
+  // those inside it; else the entries of the code-point pairs it marks (those of a group
+  // above ASCII counted whole where the class has holes) and a pass over the node bitmap
+  // (build_class_exits).
   size_t exits_build_nodes(const detail::SharedMasks::ClassKey& key) const {
     if ((key.ascii[0] | key.ascii[1]) == 0) return class_nodes(key);
-    return class_nodes({{~key.ascii[0], ~key.ascii[1]}, !key.non_ascii || key.holes != 0});
+    const auto& poff = tokens.cp_pair_offsets();
+    constexpr uint32_t kG = TokenIndex::kCpGroups;
+    size_t n = tokens.trie().size() / 64;
+    for (uint32_t g = 0; g <= 128; ++g) {
+      if (g < 128 ? in_class(key, g) : key.non_ascii && key.holes == 0) continue;
+      for (uint32_t pg = 0; pg <= 128; ++pg) {
+        if (pg < 128 ? !in_class(key, pg) : !key.non_ascii && key.holes == 0) continue;
+        n += poff[g * kG + pg + 1] - poff[g * kG + pg];
+      }
+    }
+    return n;
   }
   // A node walked costs about this many nodes looked at by an exits build.
   static constexpr size_t kExitBuildPerWalkedNode = 4;
