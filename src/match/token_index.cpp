@@ -286,6 +286,40 @@ void TokenIndex::finish() {
       cp_groups_[fill[group_of(trie_[i].cp)]++] = {static_cast<uint32_t>(i), trie_[parent[i]].cp};
     }
   }
+  root_children_.clear();
+  for (uint32_t i = 1; i < trie_.size(); i = trie_[i].end) root_children_.push_back(i);
+  root_rest_.clear();
+  root_kids_.clear();
+  {
+    size_t k = 0;  // partial_trie_tokens_ before the child's tokens
+    for (uint32_t i : root_children_) {
+      const uint32_t tb = trie_[i].tok_begin;
+      const uint32_t te = trie_[i].end < trie_.size() ? trie_[trie_[i].end].tok_begin
+                                                      : static_cast<uint32_t>(trie_tokens_.size());
+      while (k < partial_trie_tokens_.size() && partial_trie_tokens_[k] < tb) ++k;
+      const bool partial = k < partial_trie_tokens_.size() && partial_trie_tokens_[k] < te;
+      const SubtreeChars& sc = subtree_chars_[i];
+      const RootChild rc{
+          i,      trie_[i].cp, trie_[i].end, sc.height, {sc.ascii[0], sc.ascii[1]}, sc.non_ascii,
+          partial};
+      root_kids_.push_back(rc);
+      if (trie_[i].cp < 128 || trie_[i].end != i + 1 || partial) root_rest_.push_back(rc);
+    }
+  }
+  child_offsets_.assign(trie_.size() + 1, 0);
+  child_nodes_.clear();
+  child_nodes_.reserve(trie_.size());
+  child_cps_.clear();
+  child_cps_.reserve(trie_.size());
+  for (uint32_t j = 0; j < trie_.size(); ++j) {
+    child_offsets_[j] = static_cast<uint32_t>(child_nodes_.size());
+    for (uint32_t c = j + 1; c < trie_[j].end; c = trie_[c].end) {
+      child_nodes_.push_back(c);
+      child_cps_.push_back(trie_[c].cp);
+    }
+  }
+  child_offsets_[trie_.size()] = static_cast<uint32_t>(child_nodes_.size());
+  // Last, so that the tables the walks read are laid out as before them.
   // The pairs: a counting sort of the groups' entries (each in trie order) by pair.
   cp_pair_offsets_.assign(size_t{kCpGroups} * kCpGroups + 1, 0);
   auto pair_of = [&](const NodeWithParent& e) {
@@ -327,39 +361,6 @@ void TokenIndex::finish() {
       }
     }
   }
-  root_children_.clear();
-  for (uint32_t i = 1; i < trie_.size(); i = trie_[i].end) root_children_.push_back(i);
-  root_rest_.clear();
-  root_kids_.clear();
-  {
-    size_t k = 0;  // partial_trie_tokens_ before the child's tokens
-    for (uint32_t i : root_children_) {
-      const uint32_t tb = trie_[i].tok_begin;
-      const uint32_t te = trie_[i].end < trie_.size() ? trie_[trie_[i].end].tok_begin
-                                                      : static_cast<uint32_t>(trie_tokens_.size());
-      while (k < partial_trie_tokens_.size() && partial_trie_tokens_[k] < tb) ++k;
-      const bool partial = k < partial_trie_tokens_.size() && partial_trie_tokens_[k] < te;
-      const SubtreeChars& sc = subtree_chars_[i];
-      const RootChild rc{
-          i,      trie_[i].cp, trie_[i].end, sc.height, {sc.ascii[0], sc.ascii[1]}, sc.non_ascii,
-          partial};
-      root_kids_.push_back(rc);
-      if (trie_[i].cp < 128 || trie_[i].end != i + 1 || partial) root_rest_.push_back(rc);
-    }
-  }
-  child_offsets_.assign(trie_.size() + 1, 0);
-  child_nodes_.clear();
-  child_nodes_.reserve(trie_.size());
-  child_cps_.clear();
-  child_cps_.reserve(trie_.size());
-  for (uint32_t j = 0; j < trie_.size(); ++j) {
-    child_offsets_[j] = static_cast<uint32_t>(child_nodes_.size());
-    for (uint32_t c = j + 1; c < trie_[j].end; c = trie_[c].end) {
-      child_nodes_.push_back(c);
-      child_cps_.push_back(trie_[c].cp);
-    }
-  }
-  child_offsets_[trie_.size()] = static_cast<uint32_t>(child_nodes_.size());
 }
 
 }  // namespace lacuna
