@@ -1954,19 +1954,38 @@ struct Classifier {
       return;
     }
     // The class holds some code points from 128 on (`cls.holes`, CJK ranges): the tokens
-    // below their nodes whose code points are all in the class come back.
+    // whose first such code point is at a node below the root, or below an ASCII code point
+    // of the class on a path inside it, come back where every node on their path is in the
+    // class: a preorder pass over each such node's subtree, pruned outside the class. The
+    // root's children are read in trie order (a CJK range holds thousands of them), the
+    // deeper nodes from the sorted high nodes.
     const auto& trie = tokens.trie();
     const auto& tt = tokens.trie_tokens();
-    high_nodes_in_holes(cls, [&](const TokenIndex::HighNode& h) {
-      const uint32_t te = tok_begin_of(trie[h.node].end);
-      for (uint32_t k = trie[h.node].tok_begin; k < te; ++k) {
-        const auto t = static_cast<uint32_t>(tt[k].id);
-        if (bitmask_test(bits.data(), t) || !bitmask_test(all.data(), t)) continue;
-        size_t n;
-        const uint32_t* cps = tokens.code_points(tt[k].id, &n);
-        if (std::all_of(cps, cps + n, [&](uint32_t c) { return in_class(cls, c); })) {
-          bits[t >> 5] |= 1u << (t & 31);
+    auto bring_back_below = [&](uint32_t j0) {
+      for (uint32_t j = j0; j < trie[j0].end;) {
+        if (!in_class(cls, trie[j].cp)) {
+          j = trie[j].end;
+          continue;
         }
+        for (uint32_t k = trie[j].tok_begin; k < trie[j].tok_end; ++k) {
+          const auto t = static_cast<uint32_t>(tt[k].id);
+          if (bitmask_test(all.data(), t)) bits[t >> 5] |= 1u << (t & 31);
+        }
+        ++j;
+      }
+    };
+    for (const TokenIndex::RootChild& rc : tokens.root_kids()) {
+      if (rc.cp >= 128 && in_class(cls, rc.cp)) bring_back_below(rc.node);
+    }
+    const auto& depth_of = tokens.node_depth();
+    high_nodes_in_holes(cls, [&](const TokenIndex::HighNode& h) {
+      if (h.parent_cp >= 128 || !in_class(cls, h.parent_cp)) return;
+      // The path above h, read from the first token of its subtree.
+      size_t n;
+      const uint32_t* cps = tokens.code_points(tt[trie[h.node].tok_begin].id, &n);
+      const uint32_t d = depth_of[h.node];
+      if (std::all_of(cps, cps + d - 1, [&](uint32_t c) { return in_class(cls, c); })) {
+        bring_back_below(h.node);
       }
     });
   }
