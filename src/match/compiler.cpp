@@ -2143,7 +2143,20 @@ struct Classifier {
       }
     };
     const bool from_inside = (key.ascii[0] | key.ascii[1]) == 0;
-    if (from_inside) {
+    if (from_inside && !key.non_ascii && key.holes != 0) {
+      // Ranges above ASCII alone (CJK): the children outside of their nodes, found from the
+      // sorted high nodes, each child's code point read beside its id (the scan below read
+      // the trie node of every node from 128 on: 550 µs on qwen2).
+      const auto& coff = tokens.child_offsets();
+      const auto& kids = tokens.child_nodes();
+      const auto& kid_cps = tokens.child_cps();
+      high_nodes_in_holes(key, [&](const TokenIndex::HighNode& h) {
+        for (uint32_t k = coff[h.node]; k < coff[h.node + 1]; ++k) {
+          if (!in_class(key, kid_cps[k])) mark(kids[k]);
+        }
+      });
+      worth = count * 8 <= trie.size();
+    } else if (from_inside) {
       for (uint32_t j : tokens.root_children()) {
         if (in_class(key, trie[j].cp)) mark_children_outside(j);
       }
