@@ -1969,7 +1969,7 @@ struct Classifier {
         }
         for (uint32_t k = trie[j].tok_begin; k < trie[j].tok_end; ++k) {
           const auto t = static_cast<uint32_t>(tt[k].id);
-          if (bitmask_test(all.data(), t)) bits[t >> 5] |= 1u << (t & 31);
+          if (bitmask_test(all.data(), t)) bitmask_set(bits.data(), tt[k].id);
         }
         ++j;
       }
@@ -2108,13 +2108,20 @@ struct Classifier {
     constexpr uint32_t kG = TokenIndex::kCpGroups;
     size_t n = tokens.trie().size() / 64;
     for (uint32_t g = 0; g <= 128; ++g) {
-      if (g < 128 ? in_class(key, g) : key.non_ascii && key.holes == 0) continue;
+      if (!group_leaves(key, g)) continue;
       for (uint32_t pg = 0; pg <= 128; ++pg) {
-        if (pg < 128 ? !in_class(key, pg) : !key.non_ascii && key.holes == 0) continue;
-        n += poff[g * kG + pg + 1] - poff[g * kG + pg];
+        if (group_holds(key, pg)) n += poff[g * kG + pg + 1] - poff[g * kG + pg];
       }
     }
     return n;
+  }
+  // Whether a code-point group has a code point outside the class, and inside it (group
+  // 128: some code point from 128 on, as far as the class's flag and holes tell).
+  static bool group_leaves(const detail::SharedMasks::ClassKey& key, uint32_t g) {
+    return g < 128 ? !in_class(key, g) : !key.non_ascii || key.holes != 0;
+  }
+  static bool group_holds(const detail::SharedMasks::ClassKey& key, uint32_t g) {
+    return g < 128 ? in_class(key, g) : key.non_ascii || key.holes != 0;
   }
   // A node walked costs about this many nodes looked at by an exits build.
   static constexpr size_t kExitBuildPerWalkedNode = 4;
@@ -2137,24 +2144,23 @@ struct Classifier {
     // A class without ASCII code points (CJK ranges, `[^\x00-\x7F]`): most nodes lie outside
     // it, so the build reads the children of the nodes inside it instead (the root's children
     // and the nodes from 128 on).
-    auto mark_children_outside = [&](uint32_t p) {
-      for (uint32_t c = p + 1; c < trie[p].end; c = trie[c].end) {
-        if (!in_class(key, trie[c].cp)) mark(c);
+    // (Each child's code point read beside its id, not from its trie node.) `from` skips
+    // the children below it, which the pairs mark.
+    const auto& coff = tokens.child_offsets();
+    const auto& kids = tokens.child_nodes();
+    const auto& kid_cps = tokens.child_cps();
+    auto mark_children_outside = [&](uint32_t p, uint32_t from = 0) {
+      for (uint32_t k = coff[p]; k < coff[p + 1]; ++k) {
+        if (kid_cps[k] >= from && !in_class(key, kid_cps[k])) mark(kids[k]);
       }
     };
     const bool from_inside = (key.ascii[0] | key.ascii[1]) == 0;
     if (from_inside && !key.non_ascii && key.holes != 0) {
       // Ranges above ASCII alone (CJK): the children outside of their nodes, found from the
-      // sorted high nodes, each child's code point read beside its id (the scan below read
-      // the trie node of every node from 128 on: 550 µs on qwen2).
-      const auto& coff = tokens.child_offsets();
-      const auto& kids = tokens.child_nodes();
-      const auto& kid_cps = tokens.child_cps();
-      high_nodes_in_holes(key, [&](const TokenIndex::HighNode& h) {
-        for (uint32_t k = coff[h.node]; k < coff[h.node + 1]; ++k) {
-          if (!in_class(key, kid_cps[k])) mark(kids[k]);
-        }
-      });
+      // sorted high nodes (the scan below read the trie node of every node from 128 on: 550
+      // µs on qwen2).
+      high_nodes_in_holes(key,
+                          [&](const TokenIndex::HighNode& h) { mark_children_outside(h.node); });
       worth = count * 8 <= trie.size();
     } else if (from_inside) {
       for (uint32_t j : tokens.root_children()) {
@@ -2175,9 +2181,9 @@ struct Classifier {
     // With holes, the nodes of group 128 outside the class come from the sorted high nodes.
     const uint32_t last_group = key.holes != 0 ? 127 : 128;
     for (uint32_t g = 0; g <= last_group && worth && !from_inside; ++g) {
-      if (g < 128 ? in_class(key, g) : key.non_ascii) continue;
+      if (!group_leaves(key, g)) continue;
       for (uint32_t pg = 0; pg <= 128; ++pg) {
-        if (pg < 128 ? !in_class(key, pg) : !key.non_ascii && key.holes == 0) continue;
+        if (!group_holds(key, pg)) continue;
         const uint32_t* o = poff.data() + g * kG + pg;
         if (pg < 128 || key.holes == 0) {
           for (uint32_t k = o[0]; k < o[1]; ++k) mark(pairs[k].node);
@@ -2199,21 +2205,16 @@ struct Classifier {
         // Every node from 128 on below an ASCII parent inside the class but those the class
         // holds; and the children from 128 on outside it of the nodes it holds.
         for (uint32_t pg = 0; pg < 128; ++pg) {
-          if (!in_class(key, pg)) continue;
+          if (!group_holds(key, pg)) continue;
           const uint32_t* o = poff.data() + 128 * kG + pg;
           for (uint32_t k = o[0]; k < o[1]; ++k) mark(pairs[k].node);
         }
-        const auto& coff = tokens.child_offsets();
-        const auto& kids = tokens.child_nodes();
-        const auto& kid_cps = tokens.child_cps();
         high_nodes_in_holes(key, [&](const TokenIndex::HighNode& h) {
           if (h.parent_cp < 128 && in_class(key, h.parent_cp)) {
             bits[h.node >> 6] &= ~(uint64_t{1} << (h.node & 63));
             --count;
           }
-          for (uint32_t k = coff[h.node]; k < coff[h.node + 1]; ++k) {
-            if (kid_cps[k] >= 128 && !in_class(key, kid_cps[k])) mark(kids[k]);
-          }
+          mark_children_outside(h.node, 128);
         });
       }
       worth = count * 8 <= trie.size();

@@ -349,8 +349,7 @@ void TokenIndex::finish() {
     for (const TrieToken& t : trie_tokens_) {
       const CpSpan sp = cp_spans_[static_cast<size_t>(t.id)];
       for (uint32_t k = sp.off; k < sp.off + sp.n; ++k) {
-        uint32_t* g = cp_token_bits_.data() + size_t{group_of(cps_[k])} * words;
-        g[static_cast<uint32_t>(t.id) >> 5] |= 1u << (static_cast<uint32_t>(t.id) & 31);
+        bitmask_set(cp_token_bits_.data() + size_t{group_of(cps_[k])} * words, t.id);
       }
     }
     for (uint32_t b = 0; b < 4; ++b) {
