@@ -15,6 +15,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "command.h"
 #include "lacuna/grammar.h"
 #include "lacuna/matcher.h"
@@ -35,6 +39,21 @@ double thread_cpu_us() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+}
+
+// The bench process keeps the memory it frees for its next allocations, as a long-running
+// server's heap does, rather than giving the heap's free top back to the OS inside whichever
+// later free() finds it above glibc's trim threshold: in a directory run, freeing one
+// grammar's compiles once put a 52-65 MB trim (2.5-4 ms of kernel time) inside one lazy mask
+// of the next grammar. Giving the memory back before each timed step instead (malloc_trim)
+// made the walks fault it in again: mask p99 +40%. (docs/grammar.md, twenty-ninth pass.)
+void keep_freed_memory() {
+#if defined(__GLIBC__)
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // (Fixing the trim threshold stops glibc raising the mmap threshold as it would: set it to
+  // the highest value glibc would raise it to, so that blocks below 32 MB are reused too.)
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+#endif
 }
 
 std::string read_file(const std::string& path) {
@@ -427,6 +446,7 @@ LACUNA_COMMAND(cmd_bench_mask, "bench-mask", "time token masks vs llama.cpp's gr
       return 2;
     }
   }
+  keep_freed_memory();
   llama_backend_init();
   llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
   llama_model_params mp = llama_model_default_params();
