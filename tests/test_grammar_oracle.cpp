@@ -719,7 +719,11 @@ TEST_P(Oracle, ClassHolesMasksEqual) {
       R"g(root ::= "\"" [^"\\\u2028\u2029]{0,5} "\"" (" " root)?)g",
       // A run whose next level has more holes, then fewer (its strings end where the
       // holes differ).
-      R"g(root ::= "<" [^<>é]{3} [^<>é-ü]* ">" [^<>é-ü]{3} [^<>é]* "<")g"};
+      R"g(root ::= "<" [^<>é]{3} [^<>é-ü]* ">" [^<>é-ü]{3} [^<>é]* "<")g",
+      // Letter classes written out as ranges (a schema's Unicode-letter `pattern`): more
+      // holes than a few, outside the class and inside it.
+      R"g(root ::= "\"" [^\x00-\x1F"\\!$'-*,;<>?\[-^`{-\u009F\u00A1-\u00A9\u00AB-\u00B1\u00B4\u00B6-\u00B8\u00BB\u00BF\u00D7\u00F7\u02C2-\u02C5\u02D2-\u02DF\u0375\u0378\u0379\u037E\u0380-\u0385\u0387\u038B\u038D\u03A2\u03F6\u0482-\u0489\u0530\u2000-\u206F\u3000-\u303F]{1,40} "\"" ("," root)?)g",
+      R"g(root ::= [a-z\u00C0-\u00D6\u00D8-\u00F6\u00F8-\u02C1\u0370-\u0373\u0376\u0377\u037B-\u037D\u0386\u0388-\u038A\u038C\u038E-\u03A1\u03A3-\u03F5\u0400-\u0481\u048A-\u052F]+ (" " root)?)g"};
   const WalkStats stats = walk_each(fx, grammars, 3, 8, 4242);
   std::printf("[oracle] %s class holes: %zu steps compared\n", GetParam().c_str(), stats.steps);
   EXPECT_GT(stats.steps, grammars.size() * 4);

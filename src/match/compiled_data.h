@@ -53,7 +53,7 @@ inline uint64_t hash_ids(const uint32_t* ids, size_t n) {
 // (SharedMasks::ClassKey::holes): interned for the whole process, so that equal sets have
 // equal ids in every grammar and token index. Id 0 is the empty set; intern_class_holes
 // returns 0 for more than kMaxClassHoleRanges ranges or once kMaxClassHoleSets are known.
-constexpr size_t kMaxClassHoleRanges = 8, kMaxClassHoleSets = 1024;
+constexpr size_t kMaxClassHoleRanges = 1024, kMaxClassHoleSets = 1024;
 uint16_t intern_class_holes(const std::vector<CharRange>& ranges);
 // The ranges of a hole set (sorted, merged).
 const std::vector<CharRange>& class_holes(uint16_t id);

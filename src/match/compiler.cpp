@@ -53,11 +53,10 @@ const std::vector<CharRange>& class_holes(uint16_t id) {
 }
 
 bool in_class_holes(uint16_t id, uint32_t cp) {
-  for (const CharRange& r : class_holes(id)) {
-    if (cp < r.lo) return false;
-    if (cp <= r.hi) return true;
-  }
-  return false;
+  const std::vector<CharRange>& h = class_holes(id);
+  auto it = std::upper_bound(h.begin(), h.end(), cp,
+                             [](uint32_t v, const CharRange& r) { return v < r.lo; });
+  return it != h.begin() && cp <= (it - 1)->hi;
 }
 
 }  // namespace detail
@@ -444,13 +443,16 @@ uint16_t holes_of(const A& a) {
   }
 }
 // Whether hole set a lies within hole set b.
+// (Hole sets are sorted and merged: one pass over both, as a set may hold hundreds of ranges,
+// a Unicode letter class written out.)
 bool holes_within(uint16_t a, uint16_t b) {
   if (a == 0 || a == b) return true;
   if (b == 0) return false;
+  const std::vector<CharRange>& qs = detail::class_holes(b);
+  size_t k = 0;
   for (const CharRange& r : detail::class_holes(a)) {
-    bool in = false;
-    for (const CharRange& q : detail::class_holes(b)) in = in || (q.lo <= r.lo && r.hi <= q.hi);
-    if (!in) return false;
+    while (k < qs.size() && qs[k].hi < r.lo) ++k;
+    if (k == qs.size() || qs[k].lo > r.lo || r.hi > qs[k].hi) return false;
   }
   return true;
 }
@@ -458,10 +460,11 @@ bool holes_within(uint16_t a, uint16_t b) {
 // Whether hole sets a and b share no code point.
 bool holes_apart(uint16_t a, uint16_t b) {
   if (a == 0 || b == 0) return true;
+  const std::vector<CharRange>& qs = detail::class_holes(b);
+  size_t k = 0;
   for (const CharRange& r : detail::class_holes(a)) {
-    for (const CharRange& q : detail::class_holes(b)) {
-      if (r.lo <= q.hi && q.lo <= r.hi) return false;
-    }
+    while (k < qs.size() && qs[k].hi < r.lo) ++k;
+    if (k < qs.size() && qs[k].lo <= r.hi) return false;
   }
   return true;
 }
