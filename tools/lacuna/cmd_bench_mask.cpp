@@ -46,7 +46,8 @@ double thread_cpu_us() {
 // later free() finds it above glibc's trim threshold: in a directory run, freeing one
 // grammar's compiles once put a 52-65 MB trim (2.5-4 ms of kernel time) inside one lazy mask
 // of the next grammar. Giving the memory back before each timed step instead (malloc_trim)
-// made the walks fault it in again: mask p99 +40%. (docs/grammar.md, twenty-ninth pass.)
+// made the walks fault it in again (qwen2's stress set: mask p99 127-165 -> 170-184 µs).
+// (docs/grammar.md, twenty-ninth pass.)
 void keep_freed_memory() {
 #if defined(__GLIBC__)
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
