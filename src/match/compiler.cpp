@@ -636,6 +636,19 @@ class WalkStates {
       const CharSet* only = first_ids_.size() == 1 ? &g_.charsets[first_ids_[0]] : nullptr;
       if (only != nullptr && !only->any && !only->negated) {
         firsts_[set] = *only;
+      } else if (only != nullptr) {
+        // One negated member: its positive ranges made a set once per character set, not
+        // per walk set (a Unicode letter class of 700 ranges under `{1,200}`: a level's
+        // sets each sorted them again).
+        if (one_first_.size() < g_.charsets.size()) one_first_.resize(g_.charsets.size());
+        auto& one = one_first_[first_ids_[0]];
+        if (one == nullptr) {
+          one = std::make_unique<CharSet>(
+              detail::make_charset(false, false, positive_ranges(first_ids_[0])));
+        }
+        first_done_[set] = 1;
+        first_ptr_[set] = one.get();
+        return *one;
       } else {
         RangeSet u;
         for (uint32_t id : first_ids_) {
@@ -879,17 +892,50 @@ class WalkStates {
   // them (0 when there is none, or the union is too many ranges to intern).
   uint32_t high_outside_holes(uint32_t set, uint16_t* holes) {
     hole_ranges_.clear();
+    // Members of one character set (a class under a repetition: each level's sets) give
+    // the same answer: kept per character set, where each set sorted its ranges again.
+    int64_t only = -1;
+    bool one = true;
     for_each_member_chars(set, [&](uint32_t id) {
-      for (const auto& r : g_.charsets[id].ranges) {
-        if (r.hi >= 128) hole_ranges_.push_back({std::max<uint32_t>(r.lo, 128), r.hi});
-      }
+      one = one && (only < 0 || only == id);
+      only = id;
     });
+    if (one && only >= 0) {
+      if (one_holes_.size() < g_.charsets.size()) one_holes_.resize(g_.charsets.size());
+      OneHoles& known = one_holes_[static_cast<size_t>(only)];
+      if (known.high_plus_one == 0) {
+        add_high_ranges(static_cast<uint32_t>(only));
+        known.high_plus_one = high_of_ranges(&known.holes) + 1;
+        known.ranges = hole_ranges_;
+      } else {
+        hole_ranges_ = known.ranges;  // (as high_inside reads them)
+      }
+      *holes = known.holes;
+      return known.high_plus_one - 1;
+    }
+    for_each_member_chars(set, [&](uint32_t id) { add_high_ranges(id); });
+    return high_of_ranges(holes);
+  }
+  void add_high_ranges(uint32_t id) {
+    for (const auto& r : g_.charsets[id].ranges) {
+      if (r.hi >= 128) hole_ranges_.push_back({std::max<uint32_t>(r.lo, 128), r.hi});
+    }
+  }
+  uint32_t high_of_ranges(uint16_t* holes) {
     hole_ranges_ = normalize(std::move(hole_ranges_));
     const uint32_t high = first_high_outside(hole_ranges_);
     if (high > 0x10FFFF) return 0;
     *holes = intern_holes(hole_ranges_);
     return *holes != 0 ? high : 0;
   }
+  // Per character set, for sets of its members alone: high_outside_holes + 1 (0: not known
+  // yet), its holes, and the ranges it leaves in hole_ranges_.
+  struct OneHoles {
+    uint32_t high_plus_one = 0;
+    uint16_t holes = 0;
+    RangeSet ranges;
+  };
+  std::vector<OneHoles> one_holes_;
   // The code points >= 128 inside the members' ranges (hole_ranges_, as high_outside_holes
   // left them) that step like candidate *best, as a hole set of the class's own (0: none,
   // more than kMaxHighPieces pieces, or too many ranges). Where `pick` (no broad ASCII
@@ -1141,6 +1187,7 @@ class WalkStates {
   std::vector<uint16_t> high_holes_;
   std::vector<uint32_t> scratch_, members_;
   std::deque<CharSet> firsts_;  // a deque: frames keep pointers into it while it grows
+  std::vector<std::unique_ptr<CharSet>> one_first_;  // per negated character set (first())
   std::vector<uint8_t> first_done_;
   std::vector<const CharSet*> first_ptr_;  // into firsts_, without the deque's indexing
   std::vector<uint32_t> first_ids_;        // scratch of first()

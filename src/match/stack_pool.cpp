@@ -26,9 +26,10 @@ bool CharSet::match_partial(PartialUtf8 p) const {
     if (p.n_remain == 3) low = 1u << 16;
   }
   if (any) return true;
-  for (const auto& r : ranges) {
-    if (r.lo <= high && low <= r.hi) return !negated;
-  }
+  // (Ranges are sorted and merged: the first that ends at or after `low`.)
+  auto it = std::lower_bound(ranges.begin(), ranges.end(), low,
+                             [](const CharRange& r, uint32_t v) { return r.hi < v; });
+  if (it != ranges.end() && it->lo <= high) return !negated;
   return negated;
 }
 
