@@ -629,38 +629,44 @@ class WalkStates {
     if (!first_done_[set]) {
       // The members' distinct character sets, their positive ranges gathered and merged once
       // (merging set by set allocated three lists per member).
-      first_ids_.clear();
-      for_each_member_chars(set, [&](uint32_t id) { first_ids_.push_back(id); });
-      std::sort(first_ids_.begin(), first_ids_.end());
-      first_ids_.erase(std::unique(first_ids_.begin(), first_ids_.end()), first_ids_.end());
-      const CharSet* only = first_ids_.size() == 1 ? &g_.charsets[first_ids_[0]] : nullptr;
-      if (only != nullptr && !only->any && !only->negated) {
-        firsts_[set] = *only;
-      } else if (only != nullptr) {
-        // One negated member: its positive ranges made a set once per character set, not
-        // per walk set (a Unicode letter class of 700 ranges under `{1,200}`: a level's
-        // sets each sorted them again).
-        if (one_first_.size() < g_.charsets.size()) one_first_.resize(g_.charsets.size());
-        auto& one = one_first_[first_ids_[0]];
-        if (one == nullptr) {
-          one = std::make_unique<CharSet>(
-              detail::make_charset(false, false, positive_ranges(first_ids_[0])));
+      const std::vector<uint32_t>& ids = member_charsets(set);
+      if (ids.size() == 1) {
+        // One character set: its own, or its positive ranges made a set once per character
+        // set, not per walk set (a Unicode letter class of 700 ranges under `{1,200}`: a
+        // level's sets each sorted them again).
+        const CharSet& only = g_.charsets[ids[0]];
+        if (!only.any && !only.negated) {
+          first_ptr_[set] = &only;
+        } else {
+          if (one_first_.size() < g_.charsets.size()) one_first_.resize(g_.charsets.size());
+          auto& one = one_first_[ids[0]];
+          if (one == nullptr) {
+            one = std::make_unique<CharSet>(
+                detail::make_charset(false, false, positive_ranges(ids[0])));
+          }
+          first_ptr_[set] = one.get();
         }
-        first_done_[set] = 1;
-        first_ptr_[set] = one.get();
-        return *one;
       } else {
         RangeSet u;
-        for (uint32_t id : first_ids_) {
+        for (uint32_t id : ids) {
           const RangeSet& r = positive_ranges(id);
           u.insert(u.end(), r.begin(), r.end());
         }
         firsts_[set] = detail::make_charset(false, false, std::move(u));
+        first_ptr_[set] = &firsts_[set];
       }
       first_done_[set] = 1;
-      first_ptr_[set] = &firsts_[set];
     }
-    return firsts_[set];
+    return *first_ptr_[set];
+  }
+  // The distinct character sets of the members of `set` (sorted; a scratch list valid until
+  // the next call).
+  const std::vector<uint32_t>& member_charsets(uint32_t set) {
+    member_ids_.clear();
+    for_each_member_chars(set, [&](uint32_t id) { member_ids_.push_back(id); });
+    std::sort(member_ids_.begin(), member_ids_.end());
+    member_ids_.erase(std::unique(member_ids_.begin(), member_ids_.end()), member_ids_.end());
+    return member_ids_;
   }
 
   // A run of a set: the code points that all lead to one same successor `next` (non-empty,
@@ -894,17 +900,12 @@ class WalkStates {
     hole_ranges_.clear();
     // Members of one character set (a class under a repetition: each level's sets) give
     // the same answer: kept per character set, where each set sorted its ranges again.
-    int64_t only = -1;
-    bool one = true;
-    for_each_member_chars(set, [&](uint32_t id) {
-      one = one && (only < 0 || only == id);
-      only = id;
-    });
-    if (one && only >= 0) {
+    const std::vector<uint32_t>& ids = member_charsets(set);
+    if (ids.size() == 1) {
       if (one_holes_.size() < g_.charsets.size()) one_holes_.resize(g_.charsets.size());
-      OneHoles& known = one_holes_[static_cast<size_t>(only)];
+      OneHoles& known = one_holes_[ids[0]];
       if (known.high_plus_one == 0) {
-        add_high_ranges(static_cast<uint32_t>(only));
+        add_high_ranges(ids[0]);
         known.high_plus_one = high_of_ranges(&known.holes) + 1;
         known.ranges = hole_ranges_;
       } else {
@@ -913,7 +914,7 @@ class WalkStates {
       *holes = known.holes;
       return known.high_plus_one - 1;
     }
-    for_each_member_chars(set, [&](uint32_t id) { add_high_ranges(id); });
+    for (uint32_t id : ids) add_high_ranges(id);
     return high_of_ranges(holes);
   }
   void add_high_ranges(uint32_t id) {
@@ -1189,9 +1190,10 @@ class WalkStates {
   std::deque<CharSet> firsts_;  // a deque: frames keep pointers into it while it grows
   std::vector<std::unique_ptr<CharSet>> one_first_;  // per negated character set (first())
   std::vector<uint8_t> first_done_;
-  std::vector<const CharSet*> first_ptr_;  // into firsts_, without the deque's indexing
-  std::vector<uint32_t> first_ids_;        // scratch of first()
-  std::vector<RangeSet> pos_ranges_;       // per grammar character set (positive_ranges)
+  // Into firsts_ (without the deque's indexing), g_.charsets or one_first_.
+  std::vector<const CharSet*> first_ptr_;
+  std::vector<uint32_t> member_ids_;  // scratch of member_charsets()
+  std::vector<RangeSet> pos_ranges_;  // per grammar character set (positive_ranges)
   std::vector<uint8_t> pos_done_;
   Mode mode_ = kStrict;
   std::vector<Run> runs_by_mode_[3];
