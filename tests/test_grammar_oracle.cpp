@@ -1204,6 +1204,32 @@ c ::= [^\x00-\x1F"\\] | "\\" ["/\\bfnrt])g";
       4u);
 }
 
+// A search with a length bound, as the converter writes it (a `pattern` that is not a
+// tail, with `minLength` and `maxLength`): each code point moves a count, and before the
+// first letter a letter leads elsewhere than any other code point. The letters' class was
+// the run there (the most ASCII code points), so every node of other scripts below such a
+// string's start was walked one by one (Github_medium o23174's `[A-z]+` in 3..64 code
+// points: 6-10 ms a first mask on llama-bpe). The code points from 128 on are the run now
+// where the letters' successor takes them all in one run of its own (a lookahead). Walks
+// along documents with other scripts and at random, on first use and at compile time.
+TEST_P(Oracle, HighRunOverAsciiLookaheadMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::string region = json_schema_to_gbnf(R"({"type": "object", "properties": {
+      "region": {"type": "string", "minLength": 3, "maxLength": 24, "pattern": "[A-z]+"}},
+      "required": ["region"]})");
+  const std::string word = json_schema_to_gbnf(R"({"type": "object", "properties": {
+      "w": {"type": "string", "minLength": 2, "maxLength": 12, "pattern": "[a-z]"},
+      "n": {"type": "string", "maxLength": 9, "pattern": "x.*y"}}})");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {region, R"({"region": "12 € Ünïcödé 日本 ok"})"},
+      {word, R"({"w": "42 ставка b", "n": "-x日y"})"}};
+  EXPECT_GT(
+      walk_counting(fx, GetParam(), cases, 7373, {&detail::test_walk_counters.high_after_ascii},
+                    {true}, "runs of code points >= 128 chosen by a lookahead"),
+      2u);
+}
+
 // Keys sorted by `patternProperties` that search for a name inside the key (Github_hard
 // o74466's `aggregate|filter|transform` beside named options, o82151's `notifications`), as
 // the converter writes them: an automaton whose first character at a key's start leaves out

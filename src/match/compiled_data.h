@@ -419,6 +419,7 @@ struct WalkCounters {
   std::atomic<uint64_t> top_frame_checks{0};   // stack checks found under their top frames
   std::atomic<uint64_t> unobserved_family_walks{0};  // family levels that could not share
   std::atomic<uint64_t> rules_signed_again{0};  // rules whose signature was made again to compare
+  std::atomic<uint64_t> high_after_ascii{0};    // runs of code points >= 128 chosen by a lookahead
 };
 inline WalkCounters test_walk_counters;
 // Tests only: every run depth a walk asks for is checked against its chain followed to the
