@@ -174,6 +174,25 @@ TEST(Gbnf, LeftRecursionIsRejected) {
   EXPECT_TRUE(matches("root ::= \"a\" root | \"b\"", "aaab"));
 }
 
+// parse_gbnf checks its grammar once (compile does not check it again); a grammar built
+// from rules is still checked, also when the rules came from a parsed one.
+TEST(Gbnf, GrammarsBuiltFromRulesAreChecked) {
+  const Grammar parsed = parse_gbnf("root ::= x \"a\" | \"b\"\nx ::= \"c\"");
+  EXPECT_NO_THROW(parsed.validate());
+  std::vector<GrammarRule> rules = parsed.rules();
+  rules[1].alternatives[0][0].kind = GrammarElement::Kind::kRuleRef;  // x ::= root
+  rules[1].alternatives[0][0].rule = 0;
+  const Grammar built(rules, parsed.root());
+  try {
+    built.validate();
+    FAIL() << "no error for a left recursion";
+  } catch (const GrammarError& e) {
+    EXPECT_NE(std::string(e.what()).find("left recursion"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(CompiledGrammar::compile(built, nullptr), GrammarError);
+  EXPECT_TRUE(matches(Grammar(parsed.rules(), parsed.root()), "ca"));
+}
+
 TEST(Gbnf, RepetitionNestingLimit) {
   // llama.cpp's threshold: the product of nested repetition counts may not exceed 2000.
   expect_error("root ::= (\"a\"{0,100}){0,100}", 1, 22, "nested too deeply");

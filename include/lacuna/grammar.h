@@ -62,6 +62,8 @@ struct GrammarRule {
   size_t column = 0;
 };
 
+struct GbnfLimits;
+
 // The grammar IR: a value type, cheap to move. Rules are referenced by index.
 class Grammar {
  public:
@@ -76,12 +78,15 @@ class Grammar {
 
   // Structural checks: every reference names an existing rule, every rule has at least
   // one alternative, no left recursion (also through rules that can match the empty
-  // string). Throws GrammarError naming the rule. parse_gbnf() already calls it.
+  // string). Throws GrammarError naming the rule. parse_gbnf() already calls it, and a
+  // grammar it returns is not checked again (the IR cannot change after construction).
   void validate() const;
 
  private:
+  friend Grammar parse_gbnf(std::string_view, std::string_view, const GbnfLimits&);
   std::vector<GrammarRule> rules_;
   uint32_t root_ = 0;
+  bool validated_ = false;  // set by parse_gbnf once validate() passed
 };
 
 // Limits on what the parser accepts (defaults match llama.cpp where it has a limit).

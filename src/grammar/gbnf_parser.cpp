@@ -499,7 +499,9 @@ Grammar parse_gbnf(std::string_view text, std::string_view root) {
 
 Grammar parse_gbnf(std::string_view text, std::string_view root, const GbnfLimits& limits) {
   GbnfParser parser(text, limits);
-  return parser.parse(root);
+  Grammar g = parser.parse(root);  // (validated)
+  g.validated_ = true;
+  return g;
 }
 
 }  // namespace lacuna

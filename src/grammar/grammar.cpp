@@ -38,6 +38,7 @@ std::string display_name(const std::vector<GrammarRule>& rules, uint32_t r) {
 }  // namespace
 
 void Grammar::validate() const {
+  if (validated_) return;
   const size_t n = rules_.size();
   if (n == 0) throw GrammarError(1, 1, "empty grammar");
   if (root_ >= n) throw GrammarError(1, 1, "root rule index out of range");
