@@ -174,6 +174,40 @@ TEST(Gbnf, LeftRecursionIsRejected) {
   EXPECT_TRUE(matches("root ::= \"a\" root | \"b\"", "aaab"));
 }
 
+// A character element's ranges: one kept inline, more on the heap; copies and moves keep
+// them, and compare equal by content.
+TEST(Gbnf, CharRangesCopyMoveAndGrow) {
+  CharRanges one{{'a', 'a'}};
+  EXPECT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].lo, uint32_t('a'));
+  CharRanges many;
+  for (uint32_t c = 0; c < 40; ++c) many.push_back({10 * c, 10 * c + 5});
+  ASSERT_EQ(many.size(), 40u);
+  EXPECT_EQ(many.back().hi, 395u);
+  CharRanges copy = many;
+  EXPECT_EQ(copy, many);
+  copy[3].hi = 1;
+  EXPECT_FALSE(copy == many);
+  CharRanges moved = std::move(copy);
+  EXPECT_EQ(moved.size(), 40u);
+  EXPECT_EQ(moved[3].hi, 1u);
+  EXPECT_TRUE(copy.empty());  // NOLINT(bugprone-use-after-move): moved-from is empty
+  copy = one;
+  EXPECT_EQ(copy, one);
+  copy.push_back({'c', 'z'});
+  EXPECT_EQ(copy.size(), 2u);
+  EXPECT_EQ(copy[0].lo, uint32_t('a'));
+  EXPECT_EQ(copy[1].hi, uint32_t('z'));
+  one = std::move(many);
+  EXPECT_EQ(one.size(), 40u);
+  EXPECT_EQ(one[39].lo, 390u);
+  // Through the IR: a class of many ranges parses, prints and matches as written.
+  const Grammar g = parse_gbnf("root ::= [a-cx-z0-2A-C_] \"!\"");
+  EXPECT_EQ(g.rules()[0].alternatives[0][0].ranges.size(), 5u);
+  EXPECT_TRUE(matches(parse_gbnf(to_gbnf(g)), "y!"));
+  EXPECT_FALSE(matches(g, "d!"));
+}
+
 // parse_gbnf checks its grammar once (compile does not check it again); a grammar built
 // from rules is still checked, also when the rules came from a parsed one.
 TEST(Gbnf, GrammarsBuiltFromRulesAreChecked) {

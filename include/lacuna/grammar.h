@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -30,6 +32,62 @@ struct CharRange {
   bool operator==(const CharRange&) const = default;
 };
 
+// The ranges of a character element, as written. One range is kept inline (a literal's
+// character: most elements of a generated schema grammar), more on the heap: with a
+// std::vector, parsing gave each element an allocation of its own (a third of parsing a
+// 1.2 MB schema grammar went to allocating and freeing them).
+class CharRanges {
+ public:
+  CharRanges() = default;
+  CharRanges(std::initializer_list<CharRange> ranges) { assign(ranges.begin(), ranges.end()); }
+  CharRanges(const CharRanges& other) { assign(other.begin(), other.end()); }
+  CharRanges(CharRanges&& other) noexcept { take(other); }
+  CharRanges& operator=(const CharRanges& other) {
+    if (this != &other) assign(other.begin(), other.end());
+    return *this;
+  }
+  CharRanges& operator=(CharRanges&& other) noexcept {
+    if (this != &other) take(other);
+    return *this;
+  }
+  ~CharRanges() = default;
+
+  void push_back(CharRange r) {
+    if (n_ == cap_) reserve(2 * cap_);
+    data()[n_++] = r;
+  }
+  void reserve(size_t n);
+  void clear() { n_ = 0; }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  const CharRange* data() const { return heap_ ? heap_.get() : &one_; }
+  CharRange* data() { return heap_ ? heap_.get() : &one_; }
+  const CharRange* begin() const { return data(); }
+  const CharRange* end() const { return data() + n_; }
+  CharRange* begin() { return data(); }
+  CharRange* end() { return data() + n_; }
+  const CharRange& operator[](size_t i) const { return data()[i]; }
+  CharRange& operator[](size_t i) { return data()[i]; }
+  const CharRange& front() const { return data()[0]; }
+  const CharRange& back() const { return data()[n_ - 1]; }
+  bool operator==(const CharRanges& other) const;
+
+ private:
+  void assign(const CharRange* first, const CharRange* last);
+  void take(CharRanges& other) noexcept {
+    one_ = other.one_;
+    heap_ = std::move(other.heap_);
+    n_ = other.n_;
+    cap_ = other.cap_;
+    other.n_ = 0;
+    other.cap_ = 1;
+  }
+  CharRange one_{};
+  std::unique_ptr<CharRange[]> heap_;  // when more than one range was ever held
+  uint32_t n_ = 0;
+  uint32_t cap_ = 1;
+};
+
 struct GrammarElement {
   enum class Kind : uint8_t {
     kChars,     // one code point from a set: a literal character, [class], [^class] or '.'
@@ -41,7 +99,7 @@ struct GrammarElement {
   // kChars: '.' (any code point) when `any`; else (cp in ranges) != negated.
   bool any = false;
   bool negated = false;
-  std::vector<CharRange> ranges;
+  CharRanges ranges;
   // kRuleRef: the referenced rule's index.
   uint32_t rule = 0;
   // kToken / kTokenNot: the id for <[id]>; -1 with `token_text` ("<|eot_id|>") otherwise.

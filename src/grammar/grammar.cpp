@@ -1,4 +1,6 @@
 // grammar.cpp — the grammar IR: construction, lookup and structural validation (left recursion).
+#include <algorithm>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +38,25 @@ std::string display_name(const std::vector<GrammarRule>& rules, uint32_t r) {
 }
 
 }  // namespace
+
+void CharRanges::reserve(size_t n) {
+  if (n <= cap_) return;
+  auto more = std::make_unique<CharRange[]>(n);
+  std::copy(begin(), end(), more.get());
+  heap_ = std::move(more);
+  cap_ = static_cast<uint32_t>(n);
+}
+
+void CharRanges::assign(const CharRange* first, const CharRange* last) {
+  n_ = 0;
+  reserve(static_cast<size_t>(last - first));
+  std::copy(first, last, data());
+  n_ = static_cast<uint32_t>(last - first);
+}
+
+bool CharRanges::operator==(const CharRanges& other) const {
+  return std::equal(begin(), end(), other.begin(), other.end());
+}
 
 void Grammar::validate() const {
   if (validated_) return;

@@ -150,7 +150,8 @@ void flatten(const Grammar& grammar, const TokenIndex* tokens, const CompileOpti
             if (id == UINT32_MAX) {
               id = static_cast<uint32_t>(g.charsets.size());
               cs_ids.emplace(h, std::make_pair(&el, id));
-              g.charsets.push_back(detail::make_charset(el.any, el.negated, el.ranges));
+              g.charsets.push_back(detail::make_charset(
+                  el.any, el.negated, std::vector<CharRange>(el.ranges.begin(), el.ranges.end())));
             }
             e = {detail::kChars, id};
             break;
