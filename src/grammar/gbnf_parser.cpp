@@ -1,6 +1,8 @@
 // gbnf_parser.cpp — parses llama.cpp's GBNF dialect into the grammar IR, with line/column errors.
 #include <algorithm>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -32,7 +34,7 @@ class GbnfParser {
     for (size_t i = 0; i < rules_.size(); ++i) {
       if (!defined_[i]) fail_at(first_ref_[i], "undefined rule '" + rules_[i].name + "'");
     }
-    auto it = ids_.find(std::string(root_name));
+    auto it = ids_.find(root_name);
     if (it == ids_.end() || !defined_[it->second]) {
       fail_at(0, "missing root rule '" + std::string(root_name) + "'");
     }
@@ -49,7 +51,14 @@ class GbnfParser {
   std::vector<GrammarRule> rules_;
   std::vector<bool> defined_;
   std::vector<size_t> first_ref_;  // offset of the first reference to each rule
-  std::unordered_map<std::string, uint32_t> ids_;
+  // Rule ids by name, looked up by the name's view in the text: a hit allocates nothing
+  // (an emplace made the name's string and a node before finding it known, for every
+  // reference: most of a large generated grammar's references).
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> ids_;
   uint32_t current_owner_ = 0;
 
   bool at_end() const { return pos_ >= src_.size(); }
@@ -95,23 +104,23 @@ class GbnfParser {
     }
   }
 
-  uint32_t symbol_id(const std::string& name, size_t offset) {
-    auto [it, inserted] = ids_.emplace(name, static_cast<uint32_t>(rules_.size()));
-    if (inserted) {
-      if (rules_.size() >= limits_.max_rules) fail_at(offset, "too many rules");
-      GrammarRule r;
-      r.name = name;
-      rules_.push_back(std::move(r));
-      defined_.push_back(false);
-      first_ref_.push_back(offset);
-    }
-    return it->second;
+  uint32_t symbol_id(std::string_view name, size_t offset) {
+    if (auto it = ids_.find(name); it != ids_.end()) return it->second;
+    if (rules_.size() >= limits_.max_rules) fail_at(offset, "too many rules");
+    const auto id = static_cast<uint32_t>(rules_.size());
+    ids_.emplace(std::string(name), id);
+    GrammarRule r;
+    r.name = std::string(name);
+    rules_.push_back(std::move(r));
+    defined_.push_back(false);
+    first_ref_.push_back(offset);
+    return id;
   }
 
   uint32_t generate_rule(const std::string& base, size_t offset) {
     // '-' keeps generated names valid GBNF names, so printed grammars parse again.
     std::string name = base + "-" + std::to_string(rules_.size());
-    while (ids_.count(name)) name += "-g";
+    while (ids_.find(std::string_view(name)) != ids_.end()) name += "-g";
     uint32_t id = symbol_id(name, offset);
     GrammarRule& r = rules_[id];
     r.generated = true;
@@ -150,11 +159,11 @@ class GbnfParser {
     defined_[id] = true;
   }
 
-  std::string parse_name() {
+  std::string_view parse_name() {
     size_t start = pos_;
     while (!at_end() && is_word_char(peek())) ++pos_;
     if (pos_ == start) fail("expecting a rule name, found " + describe_here());
-    return std::string(src_.substr(start, pos_ - start));
+    return src_.substr(start, pos_ - start);
   }
 
   uint64_t parse_int() {
@@ -171,7 +180,7 @@ class GbnfParser {
 
   void parse_rule() {
     size_t start = pos_;
-    std::string name = parse_name();
+    const std::string name(parse_name());
     skip_space(false);
     if (!(peek() == ':' && peek(1) == ':' && peek(2) == '=')) {
       fail("expecting '::=' after rule name '" + name + "', found " + describe_here());
@@ -401,7 +410,7 @@ class GbnfParser {
         seq.push_back(std::move(el));
         skip_space(nested);
       } else if (is_word_char(c)) {
-        std::string name = parse_name();
+        const std::string_view name = parse_name();
         uint32_t id = symbol_id(name, start);
         skip_space(nested);
         last_sym_start = seq.size();
