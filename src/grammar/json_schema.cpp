@@ -2113,6 +2113,21 @@ class Converter {
   // ---- objects ---------------------------------------------------------------------------
 
   // A JSON string (with quotes) whose content is none of `keys`.
+  // The GBNF literal of one code point of a key, as the key's JSON encoding writes it
+  // (made once per code point: a JSON value dumped per trie child was a third of a key
+  // automaton's time).
+  const std::string& key_char_literal(uint32_t c) {
+    auto [found, fresh] = key_char_literals_.try_emplace(c);
+    if (fresh) {
+      std::string one;
+      gbnf::append_utf8(one, c);
+      std::string content = json(one).dump(-1, ' ', false, json::error_handler_t::replace);
+      found->second = gbnf::literal(content.substr(1, content.size() - 2));
+    }
+    return found->second;
+  }
+  std::unordered_map<uint32_t, std::string> key_char_literals_;
+
   std::string key_not_in(const std::vector<std::string>& keys) {
     std::string sig;
     for (const std::string& k : keys) sig += k + '\x01';
@@ -2157,19 +2172,24 @@ class Converter {
       const TrieNode& n = trie[i];
       std::vector<std::string> alts;
       if (!n.terminal) alts.push_back("\"\\\"\"");
-      gbnf::CharSet children;
+      std::string kids;  // the children's code points, in order: the key of `oc` below
       for (auto& [c, id] : n.kids) {
-        children.add(c);
-        std::string one;
-        gbnf::append_utf8(one, c);
-        std::string content = json(one).dump(-1, ' ', false, json::error_handler_t::replace);
-        content = content.substr(1, content.size() - 2);
-        alts.push_back(gbnf::literal(content) + " " + names[static_cast<size_t>(id)]);
+        kids.append(reinterpret_cast<const char*>(&c), sizeof c);
+        alts.push_back(key_char_literal(c) + " " + names[static_cast<size_t>(id)]);
       }
-      gbnf::CharSet other = gbnf::CharSet::all().minus(children);
       // Escapes always count as "other" (keys are compared in their canonical encoding).
-      std::string oc =
-          regex_detail::char_expression(other, rules_, regex_detail::Encoding::JsonString);
+      // Made once per set of children (most nodes are one letter of one name).
+      auto& derived = rules_.derived();
+      std::string key = "key-other:" + kids;
+      auto found = derived.find(key);
+      if (found == derived.end()) {
+        gbnf::CharSet children;
+        for (const auto& kid : n.kids) children.add(kid.first);
+        std::string expr = regex_detail::char_expression(
+            gbnf::CharSet::all().minus(children), rules_, regex_detail::Encoding::JsonString);
+        found = derived.emplace(std::move(key), std::move(expr)).first;
+      }
+      const std::string oc = found->second;
       if (!oc.empty()) alts.push_back((is_name(oc) ? oc : "(" + oc + ")") + " " + tail);
       names[i] = rules_.add("key-other", join_alts(alts));
     }
