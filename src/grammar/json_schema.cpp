@@ -2112,7 +2112,6 @@ class Converter {
 
   // ---- objects ---------------------------------------------------------------------------
 
-  // A JSON string (with quotes) whose content is none of `keys`.
   // The GBNF literal of one code point of a key, as the key's JSON encoding writes it
   // (made once per code point: a JSON value dumped per trie child was a third of a key
   // automaton's time).
@@ -2128,6 +2127,7 @@ class Converter {
   }
   std::unordered_map<uint32_t, std::string> key_char_literals_;
 
+  // A JSON string (with quotes) whose content is none of `keys`.
   std::string key_not_in(const std::vector<std::string>& keys) {
     std::string sig;
     for (const std::string& k : keys) sig += k + '\x01';
