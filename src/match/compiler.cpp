@@ -516,7 +516,6 @@ class WalkStates {
     high_holes_.clear();
     // firsts_ keeps its character sets, overwritten as sets are interned again (freeing
     // tens of thousands of range lists here was most of a reset's milliseconds).
-    first_done_.clear();
     first_ptr_.clear();
     for (auto& runs : runs_by_mode_) runs.clear();
     for (auto& state : run_state_by_mode_) state.clear();
@@ -622,41 +621,37 @@ class WalkStates {
   // The code points some member can consume next (union of the members' character sets).
   const CharSet& first(uint32_t set) {
     if (set < first_ptr_.size() && first_ptr_[set] != nullptr) return *first_ptr_[set];
-    if (first_done_.size() <= set) {
+    if (first_ptr_.size() <= set) {
       if (firsts_.size() < sets_.size()) firsts_.resize(sets_.size());
-      first_done_.resize(sets_.size(), 0);
       first_ptr_.resize(sets_.size(), nullptr);
     }
-    if (!first_done_[set]) {
-      // The members' distinct character sets, their positive ranges gathered and merged once
-      // (merging set by set allocated three lists per member).
-      const std::vector<uint32_t>& ids = member_charsets(set);
-      if (ids.size() == 1) {
-        // One character set: its own, or its positive ranges made a set once per character
-        // set, not per walk set (a Unicode letter class of 700 ranges under `{1,200}`: a
-        // level's sets each sorted them again).
-        const CharSet& only = g_.charsets[ids[0]];
-        if (!only.any && !only.negated) {
-          first_ptr_[set] = &only;
-        } else {
-          if (one_first_.size() < g_.charsets.size()) one_first_.resize(g_.charsets.size());
-          auto& one = one_first_[ids[0]];
-          if (one == nullptr) {
-            one = std::make_unique<CharSet>(
-                detail::make_charset(false, false, positive_ranges(ids[0])));
-          }
-          first_ptr_[set] = one.get();
-        }
+    // The members' distinct character sets, their positive ranges gathered and merged once
+    // (merging set by set allocated three lists per member).
+    const std::vector<uint32_t>& ids = member_charsets(set);
+    if (ids.size() == 1) {
+      // One character set: its own, or its positive ranges made a set once per character
+      // set, not per walk set (a Unicode letter class of 700 ranges under `{1,200}`: a
+      // level's sets each sorted them again).
+      const CharSet& only = g_.charsets[ids[0]];
+      if (!only.any && !only.negated) {
+        first_ptr_[set] = &only;
       } else {
-        RangeSet u;
-        for (uint32_t id : ids) {
-          const RangeSet& r = positive_ranges(id);
-          u.insert(u.end(), r.begin(), r.end());
+        if (one_first_.size() < g_.charsets.size()) one_first_.resize(g_.charsets.size());
+        auto& one = one_first_[ids[0]];
+        if (one == nullptr) {
+          one = std::make_unique<CharSet>(
+              detail::make_charset(false, false, positive_ranges(ids[0])));
         }
-        firsts_[set] = detail::make_charset(false, false, std::move(u));
-        first_ptr_[set] = &firsts_[set];
+        first_ptr_[set] = one.get();
       }
-      first_done_[set] = 1;
+    } else {
+      RangeSet u;
+      for (uint32_t id : ids) {
+        const RangeSet& r = positive_ranges(id);
+        u.insert(u.end(), r.begin(), r.end());
+      }
+      firsts_[set] = detail::make_charset(false, false, std::move(u));
+      first_ptr_[set] = &firsts_[set];
     }
     return *first_ptr_[set];
   }
@@ -1227,7 +1222,6 @@ class WalkStates {
   std::vector<uint32_t> scratch_, members_;
   std::deque<CharSet> firsts_;  // a deque: frames keep pointers into it while it grows
   std::vector<std::unique_ptr<CharSet>> one_first_;  // per negated character set (first())
-  std::vector<uint8_t> first_done_;
   // Into firsts_ (without the deque's indexing), g_.charsets or one_first_.
   std::vector<const CharSet*> first_ptr_;
   std::vector<uint32_t> member_ids_;  // scratch of member_charsets()
