@@ -883,9 +883,7 @@ class WalkStates {
       r.exits = cands_[static_cast<size_t>(best)].exits;
       members_ = cands_[static_cast<size_t>(best)].members;
       r.next = intern(members_);
-      for (uint32_t c = 0; c < 128; ++c) {
-        if (cand_of[c] == best) r.ascii[c >> 6] |= 1ull << (c & 63);
-      }
+      ascii_of(cand_of, best, r.ascii);
     }
     grow_runs();  // intern() may have added a set
     (*runs_)[set] = r;
@@ -907,9 +905,7 @@ class WalkStates {
   // `[a-zA-Z0-9_-]{162}` searched for, keep their runs of the word's characters).
   bool ascii_after_takes_high(int32_t best, const int32_t* cand_of) {
     uint64_t ascii[2] = {0, 0};
-    for (uint32_t c = 0; c < 128; ++c) {
-      if (cand_of[c] == best) ascii[c >> 6] |= 1ull << (c & 63);
-    }
+    ascii_of(cand_of, best, ascii);
     std::vector<Candidate> cands;
     cands.swap(cands_);
     const auto groups = groups_;
@@ -925,6 +921,12 @@ class WalkStates {
     return takes;
   }
   bool looking_ahead_ = false;
+  // Sets in `bits` the ASCII code points c whose probe gave candidate k (cand_of[c] == k).
+  static void ascii_of(const int32_t* cand_of, int32_t k, uint64_t bits[2]) {
+    for (uint32_t c = 0; c < 128; ++c) {
+      if (cand_of[c] == k) bits[c >> 6] |= 1ull << (c & 63);
+    }
+  }
 
   // For a set whose members treat code points >= 128 differently: the union of the
   // members' ranges from 128 on, as a hole set (*holes), and a code point >= 128 outside
