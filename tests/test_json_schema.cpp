@@ -307,6 +307,50 @@ TEST(JsonSchemaRef, DefinitionsPointersAndRecursion) {
   expect_language(escaped, {"null"}, {"1"});
 }
 
+// A $ref target's alternatives are made once and reused (the converter keeps them): each
+// use still gives the target's warnings, keeps its language, and the depth limit still
+// counts from where the reference is.
+TEST(JsonSchemaRef, SharedExpansionKeepsWarningsAndDepth) {
+  const std::string schema = R"({"$defs":{"t":{"allOf":[
+      {"properties":{"k":{"enum":["a","b"]}}},
+      {"if":{"properties":{"k":{"const":"a"}}},"then":{"required":["x"]}},
+      {"if":{"type":"string","pattern":"^q"},"then":{"minLength":2}}]}},
+    "type":"object","properties":{
+      "p":{"allOf":[{"$ref":"#/$defs/t"}],"description":"one"},
+      "q":{"allOf":[{"$ref":"#/$defs/t"}],"description":"two"}}})";
+  std::vector<std::string> warned;
+  SchemaOptions lenient;
+  lenient.on_warning = [&](const std::string& k, const std::string& p, const std::string&) {
+    warned.push_back(k + "@" + p);
+  };
+  Lang l(schema, lenient);
+  // Once for each of p and q (the if that cannot be negated).
+  EXPECT_EQ(warned, std::vector<std::string>(2, "if@/$defs/t/allOf/2/if"));
+  for (const char* key : {"p", "q"}) {
+    const std::string k = key;
+    expect_language(l, {R"({")" + k + R"(":{"k":"a","x":1}})", R"({")" + k + R"(":{"k":"b"}})"},
+                    {R"({")" + k + R"(":{"k":"a"}})", R"({")" + k + R"(":{"k":"c"}})"});
+  }
+  // The chain below `c` needs three more levels than where it is named. `a` names it at
+  // depth 2 (within a limit of 5); `b`, under two more allOf, at depth 4, past the limit:
+  // reusing what `a` made must not hide that.
+  const std::string chain = R"({"$defs":{"c":{"allOf":[{"$ref":"#/$defs/d"}]},
+                                         "d":{"allOf":[{"type":"string"}]}},
+    "type":"object","properties":{
+      "a":{"allOf":[{"$ref":"#/$defs/c"}]},
+      "b":{"allOf":[{"allOf":[{"allOf":[{"$ref":"#/$defs/c"}]}]}]}}})";
+  SchemaOptions shallow;
+  shallow.max_inline_depth = 5;
+  try {
+    lacuna::json_schema_to_gbnf(chain, shallow);
+    FAIL() << "the deeper reference passed the depth limit";
+  } catch (const lacuna::SchemaError& e) {
+    EXPECT_EQ(e.keyword, "$ref");
+  }
+  shallow.max_inline_depth = 7;
+  expect_language(Lang(chain, shallow), {R"({"a":"x","b":"y"})"}, {R"({"a":1})", R"({"b":1})"});
+}
+
 TEST(JsonSchemaMisc, NullableAndBooleanSchemas) {
   expect_language(Lang(R"({"type":"string","nullable":true})"), {"null", "\"a\""}, {"1"});
   Lang l(R"({"type":"object","properties":{"a":true,"b":false}})");

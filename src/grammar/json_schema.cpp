@@ -7,6 +7,7 @@
 #include "lacuna/json_schema.h"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -466,6 +467,7 @@ class Converter {
   // ---- helpers -------------------------------------------------------------------------
 
   void warn(const std::string& keyword, const std::string& ptr, const std::string& msg) {
+    if (recording_ > 0) warn_log_.push_back({keyword, ptr, msg});
     if (opt_.strict) throw SchemaError("unsupported: " + msg, ptr, keyword);
     if (opt_.on_warning) opt_.on_warning(keyword, ptr, msg);
   }
@@ -600,6 +602,7 @@ class Converter {
 
   // The schema as a disjunction of schemas without top-level $ref/allOf/anyOf/oneOf.
   std::vector<const json*> alternatives(const json* s, const std::string& ptr, int depth) {
+    deepest_ = std::max(deepest_, depth);
     if (depth > opt_.max_inline_depth) {
       fail("$ref", ptr,
            "$ref/allOf expansion deeper than " + std::to_string(opt_.max_inline_depth) +
@@ -610,8 +613,7 @@ class Converter {
     if (has_ref && ref_alone_) {
       const json& ref = (*s)["$ref"];
       if (!ref.is_string()) fail("$ref", ptr, "$ref must be a string");
-      auto target = resolve(ref.get<std::string>(), ptr);
-      return alternatives(target.first, target.second, depth + 1);
+      return ref_alternatives(resolve(ref.get<std::string>(), ptr), depth + 1);
     }
     bool has_all = s->contains("allOf");
     bool has_any = s->contains("anyOf");
@@ -640,8 +642,7 @@ class Converter {
     if (has_ref) {
       const json& ref = (*s)["$ref"];
       if (!ref.is_string()) fail("$ref", ptr, "$ref must be a string");
-      auto target = resolve(ref.get<std::string>(), ptr);
-      acc = product(acc, alternatives(target.first, target.second, depth + 1), ptr);
+      acc = product(acc, ref_alternatives(resolve(ref.get<std::string>(), ptr), depth + 1), ptr);
     }
     auto combine = [&](const char* kw, bool any) {
       const json* lp = &(*s)[kw];
@@ -741,6 +742,51 @@ class Converter {
       }
     }
     return acc;
+  }
+
+  // alternatives() of a $ref's target, made once per target. A target lies in the root
+  // document, so its address names it, and its pointers (and so its warnings) do not depend
+  // on the reference. Only the depth limit does: a stored expansion serves a call at its own
+  // depth, or at any depth where it stays within the limit when it did. Its warnings are
+  // given again on each use. (yippee-ki's rule types expanded the same 18-way function
+  // discriminator again for each property naming it: 8,851 merges and 94 ms of conversion,
+  // now 4,808 and 36 ms.)
+  std::vector<const json*> ref_alternatives(const std::pair<const json*, std::string>& target,
+                                            int depth) {
+    auto hit = expansions_.find(target.first);
+    if (hit != expansions_.end()) {
+      const Expansion& e = hit->second;
+      int limit = opt_.max_inline_depth;
+      if (e.depth == depth || (e.depth + e.reach <= limit && depth + e.reach <= limit)) {
+        for (const auto& w : e.warnings) warn(w[0], w[1], w[2]);
+        deepest_ = std::max(deepest_, depth + e.reach);
+        return e.alts;
+      }
+    }
+    size_t first_warning = warn_log_.size();
+    int outer_deepest = deepest_;
+    deepest_ = depth;
+    ++recording_;
+    auto leave = [&] {
+      int reach = deepest_ - depth;
+      deepest_ = std::max(outer_deepest, deepest_);
+      if (--recording_ == 0) warn_log_.clear();
+      return reach;
+    };
+    std::vector<const json*> alts;
+    try {
+      alts = alternatives(target.first, target.second, depth);
+    } catch (...) {
+      leave();
+      throw;
+    }
+    Expansion e{depth,
+                0,
+                alts,
+                {warn_log_.begin() + static_cast<std::ptrdiff_t>(first_warning), warn_log_.end()}};
+    e.reach = leave();
+    expansions_.insert_or_assign(target.first, std::move(e));
+    return alts;
   }
 
   // ---- oneOf -----------------------------------------------------------------------------
@@ -2744,6 +2790,16 @@ class Converter {
   bool ref_alone_ = false;   // draft 3 to 7: a $ref's sibling keywords are ignored
   size_t length_pairs_ = 0;  // rules written for patterns with length bounds
   std::deque<json> arena_;
+  struct Expansion {
+    int depth;  // the depth it was made at
+    int reach;  // how much deeper than that its calls went
+    std::vector<const json*> alts;
+    std::vector<std::array<std::string, 3>> warnings;  // keyword, pointer, message
+  };
+  std::unordered_map<const json*, Expansion> expansions_;  // $ref target -> its alternatives
+  std::vector<std::array<std::string, 3>> warn_log_;       // warnings while an expansion is made
+  int recording_ = 0;                                      // expansions being made
+  int deepest_ = 0;                                        // deepest alternatives() call so far
   std::multimap<std::string, std::pair<const json*, std::string>> anchors_;
   std::unordered_map<std::string, std::string> ref_rules_;
   std::unordered_map<std::string, std::string> synthetic_;
