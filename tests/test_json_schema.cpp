@@ -6,6 +6,7 @@
 // and refuse (byte-level walk through lacuna's matcher), options, errors and limits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -179,6 +180,24 @@ TEST(JsonSchemaString, Formats) {
   expect_language(f("uri"), {"\"https://x.org/a?b=1#c\"", "\"urn:isbn:123\""}, {"\"no scheme\""});
   // Unknown formats are annotations: any string.
   expect_language(f("my-format"), {"\"anything\""}, {"1"});
+}
+
+// A pattern's automaton is built once per schema and shared by the properties that repeat
+// the pattern: each keeps its own length bounds and gets the pattern's warnings at its own
+// pointer.
+TEST(JsonSchemaString, RepeatedPatternKeepsBoundsAndWarnings) {
+  const std::string schema = R"({"type":"object","properties":{
+      "x":{"type":"string","pattern":"^(a b|c){0,2000}$","minLength":2},
+      "y":{"type":"string","pattern":"^(a b|c){0,2000}$","maxLength":3}}})";
+  std::vector<std::string> warned;
+  SchemaOptions lenient;
+  lenient.on_warning = [&](const std::string& k, const std::string& p, const std::string&) {
+    warned.push_back(k + "@" + p);
+  };
+  Lang l(schema, lenient);
+  EXPECT_EQ(warned, (std::vector<std::string>{"pattern@/properties/x", "pattern@/properties/y"}));
+  expect_language(l, {R"({"x":"cc","y":"a b"})", R"({"x":"a bc","y":""})"},
+                  {R"({"x":"c"})", R"({"y":"a bc"})", R"({"x":"a"})"});
 }
 
 TEST(JsonSchemaNumber, IntegerRangesAreExact) {

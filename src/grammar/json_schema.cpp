@@ -15,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
@@ -1836,10 +1837,6 @@ class Converter {
         drop_format();
         return rules_.add(hint_of(ptr), q + " " + (body.empty() ? "" : body + " ") + q);
       }
-      RegexOptions ro;
-      ro.search = true;
-      ro.max_repeat = opt_.max_repeat;
-      ro.on_warning = [&](const std::string& m) { warn("pattern", ptr, m); };
       // Length bounds with a pattern: the pattern's automaton times a length counter. And
       // without them, a pattern anchored at the start with no `.` whose regex form is
       // ambiguous is written as its deterministic automaton too: where a repetition may
@@ -1852,34 +1849,38 @@ class Converter {
       // `^.*@.*gov\.uk$`: 0.3-0.6 ms a mask, 2-12 ms as automata), and an unambiguous
       // pattern (`^Abs$`, `^[a-z]+(-[a-z]+)*$`) gains nothing from more rules.
       const bool bounded = (min_len || max_len) && lo <= opt_.max_repeat && hi <= opt_.max_repeat;
+      const regex_detail::KeyClassifier* dfa = nullptr;
       if (bounded || (!min_len && !max_len && anchored_at_start(pat))) {
+        dfa = pattern_dfa(pat, bounded ? kMaxKeyStates : kMaxPatternStates, ptr);
+      }
+      if (dfa && (bounded || dfa->ambiguous())) {
         try {
-          regex_detail::KeyClassifier dfa({pat}, {}, ro,
-                                          bounded ? kMaxKeyStates : kMaxPatternStates);
-          if (bounded || dfa.ambiguous()) {
-            const auto& sigs = dfa.signatures();
-            for (size_t i = 0; i < sigs.size(); ++i) {
-              if (sigs[i].patterns.empty()) continue;
-              std::string e;
-              if (bounded) {
-                size_t before = rules_.rule_count();
-                e = dfa.bounded_expression(
-                    i, lo, hi, rules_,
-                    std::min(kMaxLengthPairs,
-                             kMaxLengthPairsTotal - std::min(kMaxLengthPairsTotal, length_pairs_)));
-                length_pairs_ += rules_.rule_count() - before;
-              } else {
-                e = dfa.key_expression(i, rules_);
-              }
-              drop_format();
-              return e.empty() ? "" : rules_.add(hint_of(ptr), e);
+          const auto& sigs = dfa->signatures();
+          for (size_t i = 0; i < sigs.size(); ++i) {
+            if (sigs[i].patterns.empty()) continue;
+            std::string e;
+            if (bounded) {
+              size_t before = rules_.rule_count();
+              e = dfa->bounded_expression(
+                  i, lo, hi, rules_,
+                  std::min(kMaxLengthPairs,
+                           kMaxLengthPairsTotal - std::min(kMaxLengthPairsTotal, length_pairs_)));
+              length_pairs_ += rules_.rule_count() - before;
+            } else {
+              e = dfa->key_expression(i, rules_);
             }
-            return "";  // the pattern matches nothing
+            drop_format();
+            return e.empty() ? "" : rules_.add(hint_of(ptr), e);
           }
+          return "";  // the pattern matches nothing
         } catch (const RegexError&) {
-          // Too large or unsupported: handled below.
+          // Too many (state, length) pairs: handled below.
         }
       }
+      RegexOptions ro;
+      ro.search = true;
+      ro.max_repeat = opt_.max_repeat;
+      ro.on_warning = [&](const std::string& m) { warn("pattern", ptr, m); };
       try {
         std::string e =
             regex_detail::regex_expression(pat, rules_, regex_detail::Encoding::JsonString, ro);
@@ -1906,6 +1907,35 @@ class Converter {
     if (lo == 0 && hi < 0) return string_rule();
     std::string body = repeat(json_char(), lo, hi, lo > 0 ? "minLength" : "maxLength", ptr);
     return rules_.add(hint_of(ptr), q + " " + (body.empty() ? "" : body + " ") + q);
+  }
+
+  // A `pattern`'s automaton (search semantics), built once per pattern and state limit: a
+  // schema repeats its patterns over many properties (Github_hard o21072: 17 patterns, 7
+  // different, 1.2-2.4 ms each to build or to find too large). Null when it cannot be
+  // built. The warnings its parse gave are given again, at `ptr`, on each use.
+  const regex_detail::KeyClassifier* pattern_dfa(const std::string& pat, size_t max_states,
+                                                 const std::string& ptr) {
+    auto key = std::make_pair(pat, max_states);
+    auto it = pattern_dfas_.find(key);
+    if (it != pattern_dfas_.end()) {
+      for (const std::string& m : it->second.warnings) warn("pattern", ptr, m);
+      return it->second.dfa.get();
+    }
+    PatternDfa built;
+    RegexOptions ro;
+    ro.search = true;
+    ro.max_repeat = opt_.max_repeat;
+    ro.on_warning = [&](const std::string& m) {
+      built.warnings.push_back(m);
+      warn("pattern", ptr, m);
+    };
+    try {
+      built.dfa = std::make_unique<regex_detail::KeyClassifier>(
+          std::vector<std::string>{pat}, std::vector<std::string>{}, ro, max_states);
+    } catch (const RegexError&) {
+      // Too large or unsupported: the caller writes the regex form.
+    }
+    return pattern_dfas_.emplace(std::move(key), std::move(built)).first->second.dfa.get();
   }
 
   // ---- numbers ---------------------------------------------------------------------------
@@ -2796,6 +2826,11 @@ class Converter {
     std::vector<const json*> alts;
     std::vector<std::array<std::string, 3>> warnings;  // keyword, pointer, message
   };
+  struct PatternDfa {
+    std::unique_ptr<const regex_detail::KeyClassifier> dfa;  // null: none could be built
+    std::vector<std::string> warnings;                       // its parse's, in order
+  };
+  std::map<std::pair<std::string, size_t>, PatternDfa> pattern_dfas_;
   std::unordered_map<const json*, Expansion> expansions_;  // $ref target -> its alternatives
   std::vector<std::array<std::string, 3>> warn_log_;       // warnings while an expansion is made
   int recording_ = 0;                                      // expansions being made
