@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "grammar/regex_convert.h"
 #include "lacuna/grammar.h"
 #include "lacuna/matcher.h"
 #include "lacuna/regex.h"
@@ -121,6 +122,45 @@ TEST(Regex, SearchAgreesWithStdRegexSearch) {
   // What the trim leaves: one character of the class between the two `.*`.
   EXPECT_EQ(Re("[a-c][a-c0-9]*", search).gbnf().find("]*"), std::string::npos);
   EXPECT_EQ(Re("[ab:.-]{1,25}", search).gbnf().find("25"), std::string::npos);
+}
+
+// The key automaton (used for patternProperties, bounded patterns and raw strings) sorts
+// strings into the classes std::regex_search gives them, and is minimal: where the least
+// number of states is known by hand, it has that number.
+TEST(Regex, KeyClassifierIsExactAndMinimal) {
+  using lacuna::regex_detail::KeyClassifier;
+  lacuna::RegexOptions search;
+  search.search = true;
+  const std::vector<std::string> patterns = {"^a", "b$", "^(?:\\S+\\s+){0,3}\\S+$", "c{2}"};
+  const std::vector<std::string> names = {"ab", "a b", ""};
+  KeyClassifier k(patterns, names, search, 512);
+  std::vector<std::regex> oracles;
+  for (const std::string& p : patterns) oracles.emplace_back(p, std::regex::ECMAScript);
+  const std::string alphabet = "abc \t";
+  std::mt19937 rng(11);
+  for (int i = 0; i < 2000; ++i) {
+    std::string str;
+    const size_t len = rng() % 12;
+    for (size_t j = 0; j < len; ++j) str.push_back(alphabet[rng() % alphabet.size()]);
+    const KeyClassifier::Signature& sig = k.signatures()[k.classify(str)];
+    std::vector<size_t> want;
+    for (size_t p = 0; p < patterns.size(); ++p) {
+      if (std::regex_search(str, oracles[p])) want.push_back(p);
+    }
+    EXPECT_EQ(sig.patterns, want) << "'" << str << "'";
+    int name = -1;
+    for (size_t j = 0; j < names.size(); ++j) {
+      if (str == names[j]) name = static_cast<int>(j);
+    }
+    EXPECT_EQ(sig.name, name) << "'" << str << "'";
+  }
+  auto states = [&](const std::string& p) {
+    return KeyClassifier({p}, {}, search, 512).state_count();
+  };
+  EXPECT_EQ(states("^a{0,5}$"), 7u);     // 0..5 a's read, and the dead state
+  EXPECT_EQ(states("^(ab|cb)$"), 4u);    // after a and after c are one state
+  EXPECT_EQ(states("ab"), 3u);           // nothing yet, an a last, found
+  EXPECT_EQ(states("^(a|b)*abb$"), 5u);  // the textbook example: 4 and the dead state
 }
 
 // An empty class (`[]`) never matches: an alternative made of one is dropped rather than read

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -1114,62 +1115,122 @@ KeyClassifier::KeyClassifier(const std::vector<std::string>& patterns,
 }
 
 void KeyClassifier::minimize() {
-  // Moore's partition refinement: states are equivalent when they end in the same class and
-  // go to equivalent states on every code point. Fewer states, smaller grammars.
+  // Hopcroft's partition refinement: states are equivalent when they end in the same class
+  // and go to equivalent states on every code point. Fewer states, smaller grammars. (Moore's
+  // rounds, used before, took one round per step of a counting chain: `^(?:\S+\s+){0,49}\S+$`
+  // took 100 rounds over 200 states, 6 ms of its 6.1 ms build, now 1.3 ms in all, and a
+  // schema may repeat such patterns over many properties.)
   const size_t n = states_.size();
-  // Each state's transitions as ranges in code point order, read once: a round's signature
-  // of a state is its block and the run of (range, target block) pieces, neighbours of one
-  // block merged, a canonical form of where each code point goes. (Grouping each round's
-  // sets by target block through std::map and CharSet::add, which copies its ranges on
-  // every add, was 6% of compiling the largest schemas.)
-  struct Piece {
-    uint32_t lo, hi;
-    size_t target;
-  };
-  std::vector<std::vector<Piece>> pieces(n);
-  for (size_t s = 0; s < n; ++s) {
-    for (const auto& [cs, t] : states_[s].next) {
+  // The alphabet: ranges of code points that no state's transitions tell apart.
+  std::vector<uint32_t> cuts = {0};
+  for (const State& st : states_) {
+    for (const auto& [cs, t] : st.next) {
       for (const CharSet::Range& r : cs.ranges()) {
-        pieces[s].push_back({r.lo, r.hi, static_cast<size_t>(t)});
+        cuts.push_back(r.lo);
+        if (r.hi < gbnf::kMaxCodePoint) cuts.push_back(r.hi + 1);
       }
     }
-    std::sort(pieces[s].begin(), pieces[s].end(),
-              [](const Piece& a, const Piece& b) { return a.lo < b.lo; });
   }
-  struct SigHash {
-    size_t operator()(const std::vector<uint64_t>& v) const {
-      uint64_t h = 0x9E3779B97F4A7C15ull;
-      for (uint64_t x : v) h = (h ^ x) * 0x100000001B3ull + (h >> 29);
-      return static_cast<size_t>(h);
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  const size_t k = cuts.size();
+  // Where each state goes on each letter (its transitions cover every code point), and the
+  // reverse: the states that go to t on letter c, sources[at[t * k + c] ..][at[t * k + c + 1]).
+  std::vector<uint32_t> delta(n * k);
+  std::vector<std::pair<uint32_t, uint32_t>> pieces;  // (lo, target)
+  for (size_t s = 0; s < n; ++s) {
+    pieces.clear();
+    for (const auto& [cs, t] : states_[s].next) {
+      for (const CharSet::Range& r : cs.ranges())
+        pieces.push_back({r.lo, static_cast<uint32_t>(t)});
     }
-  };
-  std::vector<size_t> block(n);
-  for (size_t s = 0; s < n; ++s) block[s] = states_[s].sig;
-  size_t count = 0;
-  std::vector<uint64_t> sig;
-  while (true) {
-    std::unordered_map<std::vector<uint64_t>, size_t, SigHash> ids;
-    ids.reserve(n);
-    std::vector<size_t> next(n);
+    std::sort(pieces.begin(), pieces.end());
+    size_t j = 0;
+    for (size_t c = 0; c < k; ++c) {
+      while (j + 1 < pieces.size() && pieces[j + 1].first <= cuts[c]) ++j;
+      delta[s * k + c] = pieces[j].second;
+    }
+  }
+  std::vector<uint32_t> at(n * k + 1, 0), sources(n * k);
+  for (size_t s = 0; s < n; ++s) {
+    for (size_t c = 0; c < k; ++c) ++at[delta[s * k + c] * k + c + 1];
+  }
+  for (size_t i = 1; i < at.size(); ++i) at[i] += at[i - 1];
+  {
+    std::vector<uint32_t> fill(at.begin(), at.end() - 1);
     for (size_t s = 0; s < n; ++s) {
-      sig.assign(1, block[s]);
-      for (const Piece& p : pieces[s]) {
-        const uint64_t b = block[p.target];
-        // Entries of three: lo, hi, block; a piece that goes on the last one joins it.
-        const size_t k = sig.size();
-        if (k > 1 && sig[k - 1] == b && sig[k - 2] + 1 == p.lo) {
-          sig[k - 2] = p.hi;
-        } else {
-          sig.insert(sig.end(), {p.lo, p.hi, b});
+      for (size_t c = 0; c < k; ++c)
+        sources[fill[delta[s * k + c] * k + c]++] = static_cast<uint32_t>(s);
+    }
+  }
+  // The partition: block b holds elems[first[b] .. end[b]); while a letter is processed, the
+  // states marked in it are moved to elems[first[b] .. mid[b]).
+  std::vector<uint32_t> elems(n), loc(n), block(n), first, end, mid;
+  std::iota(elems.begin(), elems.end(), 0u);
+  std::stable_sort(elems.begin(), elems.end(),
+                   [&](uint32_t a, uint32_t b) { return states_[a].sig < states_[b].sig; });
+  for (size_t i = 0; i < n; ++i) {
+    if (i == 0 || states_[elems[i]].sig != states_[elems[i - 1]].sig) {
+      if (i > 0) end.push_back(static_cast<uint32_t>(i));
+      first.push_back(static_cast<uint32_t>(i));
+    }
+    loc[elems[i]] = static_cast<uint32_t>(i);
+    block[elems[i]] = static_cast<uint32_t>(first.size() - 1);
+  }
+  end.push_back(static_cast<uint32_t>(n));
+  mid = first;
+  // Splitters: (block, letter) pairs still to process; every pair at the start.
+  std::vector<char> waiting(n * k, 0);
+  std::vector<std::pair<uint32_t, uint32_t>> work;
+  for (uint32_t b = 0; b < first.size(); ++b) {
+    for (uint32_t c = 0; c < k; ++c) {
+      work.push_back({b, c});
+      waiting[b * k + c] = 1;
+    }
+  }
+  std::vector<uint32_t> pre, touched;
+  while (!work.empty()) {
+    auto [a, c] = work.back();
+    work.pop_back();
+    waiting[a * k + c] = 0;
+    pre.clear();
+    for (uint32_t i = first[a]; i < end[a]; ++i) {
+      const size_t t = elems[i];
+      pre.insert(pre.end(), sources.begin() + at[t * k + c], sources.begin() + at[t * k + c + 1]);
+    }
+    for (uint32_t s : pre) {
+      const uint32_t b = block[s];
+      if (loc[s] < mid[b]) continue;  // marked already
+      if (mid[b] == first[b]) touched.push_back(b);
+      const uint32_t other = elems[mid[b]];
+      std::swap(elems[loc[s]], elems[mid[b]]);
+      loc[other] = loc[s];
+      loc[s] = mid[b]++;
+    }
+    for (uint32_t b : touched) {
+      if (mid[b] == end[b]) {  // all of it goes into the splitter: no split
+        mid[b] = first[b];
+        continue;
+      }
+      // The marked states become a new block z.
+      const uint32_t z = static_cast<uint32_t>(first.size());
+      first.push_back(first[b]);
+      end.push_back(mid[b]);
+      mid.push_back(first[b]);
+      first[b] = mid[b];
+      for (uint32_t i = first[z]; i < end[z]; ++i) block[elems[i]] = z;
+      const uint32_t smaller = end[z] - first[z] <= end[b] - first[b] ? z : b;
+      for (uint32_t d = 0; d < k; ++d) {
+        const uint32_t add = waiting[b * k + d] ? z : smaller;
+        if (!waiting[add * k + d]) {
+          waiting[add * k + d] = 1;
+          work.push_back({add, d});
         }
       }
-      next[s] = ids.emplace(sig, ids.size()).first->second;
     }
-    const size_t new_count = ids.size();
-    block = std::move(next);
-    if (new_count == count) break;
-    count = new_count;
+    touched.clear();
   }
+  const size_t count = first.size();
   // Rebuild with the start state's block first.
   std::vector<int> id(count, -1);
   std::vector<State> out;
