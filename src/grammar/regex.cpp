@@ -974,18 +974,25 @@ class KeyNfa {
   }
 
   // Adds the ε-closure of `set` to it, sorted and unique.
-  void close(std::vector<int>& set) const {
-    std::vector<int> work = set;
-    std::vector<char> in(eps_.size(), 0);
-    for (int s : set) in[static_cast<size_t>(s)] = 1;
-    while (!work.empty()) {
-      int s = work.back();
-      work.pop_back();
+  // The set and every state reachable from it by ε moves, sorted. The subset construction
+  // closes a set per piece of the alphabet per state, so the marks and the work list are
+  // kept between calls (a fresh array per call was most of building a 256-state automaton).
+  void close(std::vector<int>& set) {
+    if (in_.size() < eps_.size()) in_.resize(eps_.size(), 0);
+    if (++stamp_ == 0) {
+      std::fill(in_.begin(), in_.end(), 0);
+      stamp_ = 1;
+    }
+    work_.assign(set.begin(), set.end());
+    for (int s : set) in_[static_cast<size_t>(s)] = stamp_;
+    while (!work_.empty()) {
+      int s = work_.back();
+      work_.pop_back();
       for (int t : eps_[static_cast<size_t>(s)]) {
-        if (!in[static_cast<size_t>(t)]) {
-          in[static_cast<size_t>(t)] = 1;
+        if (in_[static_cast<size_t>(t)] != stamp_) {
+          in_[static_cast<size_t>(t)] = stamp_;
           set.push_back(t);
-          work.push_back(t);
+          work_.push_back(t);
         }
       }
     }
@@ -1002,6 +1009,9 @@ class KeyNfa {
   std::vector<std::vector<int>> eps_;
   std::vector<std::vector<std::pair<CharSet, int>>> edges_;
   std::vector<std::vector<int>> marks_;  // pattern i: i; name j: -1 - j
+  std::vector<uint32_t> in_;             // close(): stamp_ where a state is in the set
+  uint32_t stamp_ = 0;
+  std::vector<int> work_;
 };
 
 }  // namespace
@@ -1094,10 +1104,13 @@ KeyClassifier::KeyClassifier(const std::vector<std::string>& patterns,
     std::sort(cuts.begin(), cuts.end());
     cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
     std::map<int, CharSet> by_target;
+    // Pieces that move to the same NFA states share one closure and lookup.
+    std::vector<std::pair<std::vector<int>, int>> moved;
+    std::vector<int> target;
     for (size_t i = 0; i < cuts.size(); ++i) {
       uint32_t lo = cuts[i];
       uint32_t hi = i + 1 < cuts.size() ? cuts[i + 1] - 1 : gbnf::kMaxCodePoint;
-      std::vector<int> target;
+      target.clear();
       for (int s : sets[d]) {
         for (const auto& [cs, t] : nfa.edges(s)) {
           if (cs.contains(lo)) target.push_back(t);
@@ -1106,7 +1119,14 @@ KeyClassifier::KeyClassifier(const std::vector<std::string>& patterns,
       std::sort(target.begin(), target.end());
       target.erase(std::unique(target.begin(), target.end()), target.end());
       if (target.size() > 1) ambiguous_ = true;
-      int id = intern(std::move(target));
+      int id = -1;
+      for (const auto& [raw, known] : moved) {
+        if (raw == target) id = known;
+      }
+      if (id < 0) {
+        id = intern(target);
+        moved.push_back({target, id});
+      }
       by_target[id].add(lo, hi);
     }
     for (auto& [t, cs] : by_target) states_[d].next.push_back({std::move(cs), t});
