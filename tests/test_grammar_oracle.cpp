@@ -623,6 +623,59 @@ s ::= [ ]+)g"};
   EXPECT_GT(stats.steps, grammars.size() * 3);
 }
 
+// Prefix masks shared across grammars are keyed by the closures of the rules a prefix calls
+// (each rule with every rule it reaches, numbered by first use). Grammars whose rules differ
+// only below a call (b, then c), and one that renames them all, compiled in turn over one
+// TokenIndex with shared masks: the renamed one names closures already known, the others
+// new ones, and every mask equals llama.cpp's.
+TEST_P(Oracle, SharedPrefixClosuresMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::string list = R"g(root ::= "[" ws a (ws "," ws a)* ws "]"
+ws ::= [ ]{0,2}
+)g";
+  const std::vector<std::string> grammars = {list + R"g(a ::= "k" b
+b ::= c "." | "!"
+c ::= [0-9]{1,3})g",
+                                             list + R"g(a ::= "k" b
+b ::= c ";" | "!"
+c ::= [0-9]{1,3})g",
+                                             list + R"g(a ::= "k" b
+b ::= c "." | "!"
+c ::= [a-z]{1,3})g",
+                                             R"g(root ::= "[" sp item (sp "," sp item)* sp "]"
+sp ::= [ ]{0,2}
+item ::= "k" tail
+tail ::= digits "." | "!"
+digits ::= [0-9]{1,3})g"};
+  auto closures = [&] {
+    detail::SharedMasks& shared = fx.index->shared_masks();
+    std::lock_guard<std::mutex> lock(shared.mu);
+    return shared.closures.size();
+  };
+  WalkStats stats;
+  uint64_t seed = 5150;
+  std::vector<size_t> added;
+  for (const std::string& gbnf : grammars) {
+    SCOPED_TRACE(gbnf);
+    const size_t before = closures();
+    for (int k = 0; k < 4; ++k) {
+      CompileOptions options;
+      options.eager_ms = k % 2 == 0 ? -1.0 : 0.0;
+      options.inline_rules = k < 2;
+      auto cg = CompiledGrammar::compile(parse_gbnf(gbnf), fx.index, options);
+      walk(fx, gbnf, 16, seed++, stats, cg);
+    }
+    added.push_back(closures() - before);
+  }
+  std::printf("[oracle] %s shared prefix closures: %zu steps compared\n", GetParam().c_str(),
+              stats.steps);
+  EXPECT_GT(stats.steps, grammars.size() * 4);
+  EXPECT_GT(added[1], 0u);  // b differs
+  EXPECT_GT(added[2], 0u);  // c differs, below b
+  EXPECT_EQ(added[3], 0u);  // the first grammar, renamed
+}
+
 // Rules on no cycle are classed by the hash of their signature, and two are one class only
 // where the earlier one's signature, made again, is equal. With every such rule given one
 // hash, each is compared with all the earlier ones: rules that differ in a letter, a class,

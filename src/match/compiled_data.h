@@ -283,13 +283,17 @@ class MasksByPositions {
 };
 
 // Token classes of rule prefixes, shared across the grammars compiled against one
-// TokenIndex: key = the exact rules a prefix can reach (see prefix_key in compiler.cpp),
+// TokenIndex: key = the exact rules a prefix can reach (see prefix_key in compiler.cpp,
+// which names them by their closures below),
 // value = its mask, or null when too many tokens leave the prefix for it to be of use.
 struct SharedMasks {
   static constexpr size_t kMaxBytes = size_t{256} << 20;
   std::mutex mu;
   std::unordered_map<std::string, std::shared_ptr<const ContextMask>> masks;  // guarded by mu
   size_t bytes = 0;                                                           // guarded by mu
+  // Rule closures (see closure_id() in compiler.cpp): the text of a rule and of every rule it
+  // reaches, numbered by first use, -> a number that prefix keys name the rule by.
+  std::unordered_map<std::string, uint32_t> closures;  // guarded by mu
 
   // Class exits (see class_exits() in compiler.cpp): for a class of code points, the trie
   // nodes outside it whose parent is inside it, in trie order; null where there are too
