@@ -299,6 +299,21 @@ TEST(JsonSchemaCombinators, AllOfMerges) {
   Lang strict_part(R"({"allOf":[{"properties":{"a":{}},"additionalProperties":false},
                                 {"properties":{"b":{}}}]})");
   expect_language(strict_part, {R"({"a":1})", "{}"}, {R"({"b":1})"});
+  // A key named on one side only meets the other side's additionalProperties as that side
+  // gave it, even where the merge has already combined both sides' additionalProperties
+  // (the second part lists it first): y is a string of 5 or more, x a string of 3 or less.
+  Lang add_first(R"({"allOf":[{"properties":{"x":{}},"additionalProperties":{"type":"string"}},
+                             {"additionalProperties":{"maxLength":3},
+                              "properties":{"y":{"minLength":5}}}]})");
+  expect_language(add_first, {R"({"y":"abcdef"})", R"({"x":"abc","y":"abcde"})"},
+                  {R"({"y":"abc"})", R"({"x":"abcd"})", R"({"y":1})", R"({"z":"abcd"})"});
+  // An allOf chain merged item by item, each item into the schema built so far, with an
+  // anyOf beside it (each branch gets its own copy of the chain's schema).
+  Lang chain(R"({"allOf":[{"properties":{"a":{"type":"integer"}}},{"required":["a"]},
+                         {"properties":{"b":{"type":"string"}}},{"required":["b"]}],
+                "anyOf":[{"properties":{"a":{"minimum":10}}},{"properties":{"b":{"maxLength":1}}}]})");
+  expect_language(chain, {R"({"a":10,"b":"xyz"})", R"({"a":1,"b":"x"})"},
+                  {R"({"a":1,"b":"xy"})", R"({"a":10})", R"({"b":"x"})", R"({"a":"1","b":"x"})"});
   // Contradictory types: nothing matches.
   EXPECT_THROW(Lang(R"({"allOf":[{"type":"string"},{"type":"integer"}]})"), lacuna::SchemaError);
 }
