@@ -973,10 +973,9 @@ class KeyNfa {
     return from;
   }
 
-  // Adds the ε-closure of `set` to it, sorted and unique.
-  // The set and every state reachable from it by ε moves, sorted. The subset construction
-  // closes a set per piece of the alphabet per state, so the marks and the work list are
-  // kept between calls (a fresh array per call was most of building a 256-state automaton).
+  // Adds the ε-closure of `set` to it, sorted and unique. The subset construction closes a
+  // set per piece of the alphabet per state, so the marks and the work list are kept between
+  // calls (a fresh array per call was most of building a 256-state automaton).
   void close(std::vector<int>& set) {
     if (in_.size() < eps_.size()) in_.resize(eps_.size(), 0);
     if (++stamp_ == 0) {
