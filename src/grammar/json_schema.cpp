@@ -1894,9 +1894,7 @@ class Converter {
           // Too many (state, length) pairs: handled below.
         }
       }
-      RegexOptions ro;
-      ro.search = true;
-      ro.max_repeat = opt_.max_repeat;
+      RegexOptions ro = search_options();
       ro.on_warning = [&](const std::string& m) { warn("pattern", ptr, m); };
       try {
         std::string e =
@@ -1926,6 +1924,14 @@ class Converter {
     return rules_.add(hint_of(ptr), q + " " + (body.empty() ? "" : body + " ") + q);
   }
 
+  // Regex options for a JSON Schema pattern: search semantics, the schema's repeat limit.
+  RegexOptions search_options() const {
+    RegexOptions ro;
+    ro.search = true;
+    ro.max_repeat = opt_.max_repeat;
+    return ro;
+  }
+
   // A `pattern`'s automaton (search semantics), built once per pattern and state limit: a
   // schema repeats its patterns over many properties (Github_hard o21072: 17 patterns, 7
   // different, 1.2-2.4 ms each to build or to find too large). Null when it cannot be
@@ -1939,9 +1945,7 @@ class Converter {
       return it->second.dfa.get();
     }
     PatternDfa built;
-    RegexOptions ro;
-    ro.search = true;
-    ro.max_repeat = opt_.max_repeat;
+    RegexOptions ro = search_options();
     ro.on_warning = [&](const std::string& m) {
       built.warnings.push_back(m);
       warn("pattern", ptr, m);
@@ -2524,9 +2528,7 @@ class Converter {
           names.push_back(it.key());
       }
       for (const std::string& r : required) names.push_back(r);
-      RegexOptions ro;
-      ro.search = true;
-      ro.max_repeat = opt_.max_repeat;
+      RegexOptions ro = search_options();
       ro.on_warning = [&](const std::string& m) { warn("patternProperties", ptr, m); };
       try {
         classes.emplace(pat_list, names, ro, kMaxKeyStates);
@@ -2671,9 +2673,7 @@ class Converter {
         std::string v = visit(
             it.value(), ptr + "/patternProperties/" + escape_pointer_token(it.key()), depth + 1);
         if (v.empty()) continue;
-        RegexOptions ro;
-        ro.search = true;
-        ro.max_repeat = opt_.max_repeat;
+        const RegexOptions ro = search_options();
         try {
           std::string k = regex_detail::regex_expression(it.key(), rules_,
                                                          regex_detail::Encoding::JsonString, ro);
