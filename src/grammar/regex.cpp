@@ -1013,6 +1013,22 @@ class KeyNfa {
   std::vector<int> work_;
 };
 
+// Adds to `cuts` where the code points split along `edges`: each range's start, and the
+// code point after its end. cuts_sorted() then makes them the starts of the pieces no edge
+// tells apart (given a 0 to begin with).
+void add_cuts(const std::vector<std::pair<CharSet, int>>& edges, std::vector<uint32_t>& cuts) {
+  for (const auto& [cs, t] : edges) {
+    for (const CharSet::Range& r : cs.ranges()) {
+      cuts.push_back(r.lo);
+      if (r.hi < gbnf::kMaxCodePoint) cuts.push_back(r.hi + 1);
+    }
+  }
+}
+void cuts_sorted(std::vector<uint32_t>& cuts) {
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+}
+
 }  // namespace
 
 KeyClassifier::KeyClassifier(const std::vector<std::string>& patterns,
@@ -1092,16 +1108,8 @@ KeyClassifier::KeyClassifier(const std::vector<std::string>& patterns,
   for (size_t d = 0; d < sets.size(); ++d) {
     // Split the code points at every range boundary of the outgoing edges.
     std::vector<uint32_t> cuts = {0};
-    for (int s : sets[d]) {
-      for (const auto& [cs, t] : nfa.edges(s)) {
-        for (const CharSet::Range& r : cs.ranges()) {
-          cuts.push_back(r.lo);
-          if (r.hi < gbnf::kMaxCodePoint) cuts.push_back(r.hi + 1);
-        }
-      }
-    }
-    std::sort(cuts.begin(), cuts.end());
-    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    for (int s : sets[d]) add_cuts(nfa.edges(s), cuts);
+    cuts_sorted(cuts);
     std::map<int, CharSet> by_target;
     // Pieces that move to the same NFA states share one closure and lookup.
     std::vector<std::pair<std::vector<int>, int>> moved;
@@ -1142,16 +1150,8 @@ void KeyClassifier::minimize() {
   const size_t n = states_.size();
   // The alphabet: ranges of code points that no state's transitions tell apart.
   std::vector<uint32_t> cuts = {0};
-  for (const State& st : states_) {
-    for (const auto& [cs, t] : st.next) {
-      for (const CharSet::Range& r : cs.ranges()) {
-        cuts.push_back(r.lo);
-        if (r.hi < gbnf::kMaxCodePoint) cuts.push_back(r.hi + 1);
-      }
-    }
-  }
-  std::sort(cuts.begin(), cuts.end());
-  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  for (const State& st : states_) add_cuts(st.next, cuts);
+  cuts_sorted(cuts);
   const size_t k = cuts.size();
   // Where each state goes on each letter (its transitions cover every code point), and the
   // reverse: the states that go to t on letter c, sources[at[t * k + c] ..][at[t * k + c + 1]).
