@@ -1800,10 +1800,11 @@ x ::= [^"\\\x00-\x1F])g"};
 // the stack's positions). Texts that reach one same top position above different stacks
 // (a word inside "(" or "[", at several depths), each walked by a new matcher of one
 // compiled grammar, one after the other and twice: every mask must still be llama.cpp's.
-// A check that read only a stack's top frames is kept under those alone (the next level of
-// a recursion finds it): the deep texts put the same top frames above different brackets
-// further down, which tokens of several closing brackets (")))", "))]") reach, so a check
-// kept under fewer frames than it read gives a wrong mask here.
+// Each token's answer is kept under the top frames its check read alone (the next level of
+// a recursion finds the answers of the tokens that read no deeper, and checks the rest):
+// the deep texts put the same top frames above different brackets further down, which
+// tokens of several closing brackets (")))", "))]") reach, so an answer kept under fewer
+// frames than its token read gives a wrong mask here.
 TEST_P(Oracle, MatchersShareCheckedStacks) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
@@ -1825,6 +1826,7 @@ v ::= [a-z]+ ")")g";
       {returns, {"xab)Q", "yab);", "xabc)Q", "yabc);"}}};
   size_t steps = 0;
   const uint64_t top0 = detail::test_walk_counters.top_frame_checks.load();
+  const uint64_t partly0 = detail::test_walk_counters.partly_kept_checks.load();
   for (size_t k = 0; k < cases.size() * 2; ++k) {
     const auto& [gbnf, texts] = cases[k / 2];
     const bool inline_rules = k % 2 == 1;
@@ -1857,10 +1859,16 @@ v ::= [a-z]+ ")")g";
     }
   }
   const uint64_t top = detail::test_walk_counters.top_frame_checks.load() - top0;
-  std::printf("[oracle] %s shared stack checks: %zu steps compared, %llu found under top frames\n",
-              GetParam().c_str(), steps, static_cast<unsigned long long>(top));
+  const uint64_t partly = detail::test_walk_counters.partly_kept_checks.load() - partly0;
+  std::printf(
+      "[oracle] %s shared stack checks: %zu steps compared, %llu found under top frames, %llu "
+      "checks of only the tokens that kept ones left\n",
+      GetParam().c_str(), steps, static_cast<unsigned long long>(top),
+      static_cast<unsigned long long>(partly));
   EXPECT_GT(steps, cases[0].second.size() * 8);
   EXPECT_GT(top, cases[0].second.size());
+  // Each new depth of "((((((ab))))))" checks again only the tokens of more brackets.
+  EXPECT_GT(partly, 4u);
 }
 
 // The stress set of bench/data/grammars (broad negated classes under bounded and unbounded

@@ -412,15 +412,16 @@ struct WalkCounters {
   std::atomic<uint64_t> depth_bounds{0};    // runs whose depth was followed only as far as asked
   std::atomic<uint64_t> capped_walks{0};    // walks stopped past the deep threshold (no mask)
   std::atomic<uint64_t> live_holes{0};      // live automata whose class leaves out high ranges
-  std::atomic<uint64_t> live_many_labels{0};   // live automata of more than 12 labels
-  std::atomic<uint64_t> live_large_sets{0};    // live automata with a set of more than 32 stacks
-  std::atomic<uint64_t> live_dead_starts{0};   // live walks whose start set dies on some of C
-  std::atomic<uint64_t> live_over_letters{0};  // live walks taken for letters past a cover's run
-  std::atomic<uint64_t> live_die_stops{0};     // nodes where a live walk's set dies on a letter
-  std::atomic<uint64_t> kid_memo_hits{0};      // root children answered from a kid memo
-  std::atomic<uint64_t> literal_runs{0};       // literals followed without a set per code point
-  std::atomic<uint64_t> same_masks{0};         // masks found equal to one computed before
-  std::atomic<uint64_t> top_frame_checks{0};   // stack checks found under their top frames
+  std::atomic<uint64_t> live_many_labels{0};    // live automata of more than 12 labels
+  std::atomic<uint64_t> live_large_sets{0};     // live automata with a set of more than 32 stacks
+  std::atomic<uint64_t> live_dead_starts{0};    // live walks whose start set dies on some of C
+  std::atomic<uint64_t> live_over_letters{0};   // live walks taken for letters past a cover's run
+  std::atomic<uint64_t> live_die_stops{0};      // nodes where a live walk's set dies on a letter
+  std::atomic<uint64_t> kid_memo_hits{0};       // root children answered from a kid memo
+  std::atomic<uint64_t> literal_runs{0};        // literals followed without a set per code point
+  std::atomic<uint64_t> same_masks{0};          // masks found equal to one computed before
+  std::atomic<uint64_t> top_frame_checks{0};    // stack checks found under their top frames
+  std::atomic<uint64_t> partly_kept_checks{0};  // checks of the tokens that kept ones left
   std::atomic<uint64_t> unobserved_family_walks{0};  // family levels that could not share
   std::atomic<uint64_t> rules_signed_again{0};  // rules whose signature was made again to compare
   std::atomic<uint64_t> high_after_ascii{0};    // runs of code points >= 128 chosen by a lookahead
@@ -463,19 +464,36 @@ struct CompiledData {
   // vocabulary trie with nothing below the stack, shared by every matcher of this grammar.
   // Null when computing it hit a limit (the caller then checks the uncertain tokens).
   const ContextMask* deep_mask(const std::vector<uint32_t>& positions) const;
-  // The run-time check of a whole stack's uncertain tokens (its positions from the top down;
-  // no partial UTF-8 sequence pending), shared by every matcher of this grammar: appends the
-  // tokens it accepts to `out` and returns true when some matcher has checked that stack.
-  // A check that read only the top `frames` frames (its tokens never went deeper) holds for
-  // every stack of context `ctx` with those top positions: it is kept under them (and ctx,
-  // whose uncertain tokens are the ones checked) alone, so
+  // The run-time check of a stack's uncertain tokens (its positions from the top down; no
+  // partial UTF-8 sequence pending), shared by every matcher of this grammar. A token's
+  // answer depends only on the top frames its steps read (its level: 1 to the stack's depth,
+  // or kWholeStack when a step ended the stack), so each check is kept per level, under the
+  // stack's top `level` positions and ctx (whose uncertain tokens are the ones checked):
   // the same context deeper in a recursion (the next level of a nested list, whose stacks
-  // differ only below what any token reaches) finds it. `frames` past the positions' count
-  // means the whole stack was read (a token ended it).
-  bool find_checked(const std::vector<uint32_t>& positions, uint32_t ctx,
-                    std::vector<Token>& out) const;
-  void add_checked(const std::vector<uint32_t>& positions, uint32_t ctx, size_t frames,
-                   const Token* accepted, size_t n) const;
+  // differ only below what most tokens reach) finds the answers of every token that read
+  // no deeper than the frames the two stacks share, and only the others are checked again
+  // (tokens of many closing brackets, one more at each new depth).
+  static constexpr size_t kWholeStack = SIZE_MAX;
+  // One checked token: its index in the context's uncertain list, the frames it read and
+  // whether the stack accepts it.
+  struct CheckedToken {
+    uint32_t index;
+    bool accepted;
+    size_t level;
+  };
+  // Appends to `out` the tokens of `ids` (the context's uncertain list, n of them) that kept
+  // checks of stacks with the same top frames accept, and sets decided[i] for each token i
+  // they answer (decided holds n flags, all clear). Returns true when every token is answered.
+  bool find_checked(const std::vector<uint32_t>& positions, uint32_t ctx, const Token* ids,
+                    size_t n, std::vector<Token>& out, std::vector<uint8_t>& decided) const;
+  // Keeps the answers of `checked` (tokens of ids not answered by find_checked).
+  void add_checked(const std::vector<uint32_t>& positions, uint32_t ctx,
+                   const std::vector<CheckedToken>& checked) const;
+  // A stack whose context has no mask and no whole-stack mask: every token is checked and
+  // the answer kept under the whole stack alone.
+  bool find_checked_all(const std::vector<uint32_t>& positions, std::vector<Token>& out) const;
+  void add_checked_all(const std::vector<uint32_t>& positions, const Token* accepted,
+                       size_t n) const;
   static constexpr size_t kMaxCheckedTokens = size_t{1} << 22;
   // Contexts with more uncertain tokens than this use deep masks at run time.
   size_t deep_threshold() const {
@@ -507,16 +525,21 @@ struct CompiledData {
   mutable MasksByPositions deep;  // guarded by lazy_mu
   mutable std::mutex checked_mu;
   struct Checked {
-    std::vector<uint32_t> positions;
-    std::vector<Token> accepted;
+    std::vector<uint32_t> key;
+    std::vector<uint32_t> accepted, refused;  // indices into the context's uncertain list
+    std::vector<Token> all;                   // find_checked_all: the tokens accepted
   };
   mutable std::unordered_multimap<uint64_t, Checked> checked;  // guarded by checked_mu
   // The entry of `checked` under key (hash h), or null. Caller holds checked_mu.
   const Checked* checked_entry(const std::vector<uint32_t>& key, uint64_t h) const;
+  // Keeps entry e under its key unless one is there already or the table is full. Caller
+  // holds checked_mu.
+  void keep_checked(Checked e) const;
   mutable size_t checked_tokens = 0;  // guarded by checked_mu
-  // Per context, the numbers of top frames its shared checks were kept under (a few).
+  // Per context, the levels its shared checks were kept under (a few; past that, a level
+  // is kept under the whole stack).
   mutable std::unordered_map<uint32_t, std::vector<uint32_t>> checked_frames;  // checked_mu
-  static constexpr size_t kMaxCheckedFrames = 8;
+  static constexpr size_t kMaxCheckedFrames = 32;
   mutable std::atomic<size_t> n_computed_{0};
   mutable std::atomic<size_t> masks_bytes_{0};
 };

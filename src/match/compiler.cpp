@@ -5240,16 +5240,19 @@ const ContextMask* CompiledData::publish(uint32_t ctx, std::shared_ptr<const Con
 
 namespace {
 // A check kept under a stack's top frames (CompiledData::find_checked) is keyed by their
-// positions, this marker, which no position is (it never equals a whole stack's key), and
-// the stack's context, whose uncertain tokens are the ones checked. (An uncertain token
-// leaves its context, so its check reads every frame of the context and one below: the
-// positions read already tell the context. The key says it all the same, rather than
+// positions, a marker that no position is (the top frames of one stack, or the whole of
+// it), and the stack's context, whose uncertain tokens are the ones checked. (An uncertain
+// token leaves its context, so its check reads every frame of the context and one below:
+// the positions read already tell the context. The key says it all the same, rather than
 // leaning on that.)
 constexpr uint32_t kTopFramesMarker = 0xFFFFFFFFu;
+constexpr uint32_t kWholeStackMarker = 0xFFFFFFFEu;
 void top_frames_key(const std::vector<uint32_t>& positions, size_t frames, uint32_t ctx,
                     std::vector<uint32_t>& key) {
-  key.assign(positions.begin(), positions.begin() + static_cast<std::ptrdiff_t>(frames));
-  key.push_back(kTopFramesMarker);
+  const bool whole = frames > positions.size();
+  key.assign(positions.begin(),
+             positions.begin() + static_cast<std::ptrdiff_t>(whole ? positions.size() : frames));
+  key.push_back(whole ? kWholeStackMarker : kTopFramesMarker);
   key.push_back(ctx);
 }
 }  // namespace
@@ -5258,54 +5261,105 @@ const CompiledData::Checked* CompiledData::checked_entry(const std::vector<uint3
                                                          uint64_t h) const {
   auto range = checked.equal_range(h);
   for (auto it = range.first; it != range.second; ++it) {
-    if (it->second.positions == key) return &it->second;
+    if (it->second.key == key) return &it->second;
   }
   return nullptr;
 }
 
-bool CompiledData::find_checked(const std::vector<uint32_t>& positions, uint32_t ctx,
-                                std::vector<Token>& out) const {
-  auto find = [&](const std::vector<uint32_t>& key) {
-    const Checked* c = checked_entry(key, hash_ids(key.data(), key.size()));
-    if (c != nullptr) out.insert(out.end(), c->accepted.begin(), c->accepted.end());
-    return c != nullptr;
-  };
-  std::lock_guard<std::mutex> lock(checked_mu);
-  if (find(positions)) return true;
-  auto fit = checked_frames.find(ctx);
-  if (fit == checked_frames.end()) return false;
-  std::vector<uint32_t> key;
-  for (uint32_t frames : fit->second) {
-    if (frames > positions.size()) continue;
-    top_frames_key(positions, frames, ctx, key);
-    if (find(key)) {
-      test_walk_counters.top_frame_checks.fetch_add(1, std::memory_order_relaxed);
-      return true;
-    }
-  }
-  return false;
+void CompiledData::keep_checked(Checked e) const {
+  const size_t n = e.accepted.size() + e.refused.size() + e.all.size() + e.key.size();
+  // Full: later stacks are checked by each matcher on its own (as before sharing).
+  if (checked_tokens + n > kMaxCheckedTokens) return;
+  const uint64_t h = hash_ids(e.key.data(), e.key.size());
+  if (checked_entry(e.key, h) != nullptr) return;  // another matcher was first
+  checked_tokens += n;
+  checked.emplace(h, std::move(e));
 }
 
-void CompiledData::add_checked(const std::vector<uint32_t>& positions, uint32_t ctx, size_t frames,
-                               const Token* accepted, size_t n) const {
+bool CompiledData::find_checked(const std::vector<uint32_t>& positions, uint32_t ctx,
+                                const Token* ids, size_t n, std::vector<Token>& out,
+                                std::vector<uint8_t>& decided) const {
+  size_t known = 0;
+  std::vector<uint32_t> key;
+  // The answers kept under one key; a token answered by two entries (a level kept under the
+  // whole stack, then listed) is taken once.
+  auto take = [&](size_t frames) {
+    top_frames_key(positions, frames, ctx, key);
+    const Checked* c = checked_entry(key, hash_ids(key.data(), key.size()));
+    if (c == nullptr) return false;
+    for (uint32_t i : c->accepted) {
+      if (decided[i] != 0) continue;
+      decided[i] = 1;
+      ++known;
+      out.push_back(ids[i]);
+    }
+    for (uint32_t i : c->refused) {
+      if (decided[i] == 0) ++known;
+      decided[i] = 1;
+    }
+    return true;
+  };
   std::lock_guard<std::mutex> lock(checked_mu);
-  std::vector<uint32_t> key = positions;
-  if (frames <= positions.size() && ctx != StackPool::kUnknown) {
-    std::vector<uint32_t>& known = checked_frames[ctx];
-    const auto f = static_cast<uint32_t>(frames);
-    const bool listed = std::find(known.begin(), known.end(), f) != known.end();
-    // Past a few shapes per context the check is kept under the whole stack.
-    if (listed || known.size() < kMaxCheckedFrames) {
-      if (!listed) known.push_back(f);
-      top_frames_key(positions, frames, ctx, key);
+  take(kWholeStack);
+  auto fit = checked_frames.find(ctx);
+  if (fit != checked_frames.end()) {
+    for (uint32_t frames : fit->second) {
+      if (known == n) break;
+      if (frames > positions.size()) continue;
+      if (take(frames)) test_walk_counters.top_frame_checks.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  // Full: later stacks are checked by each matcher on its own (as before sharing).
-  if (checked_tokens + n + key.size() > kMaxCheckedTokens) return;
-  const uint64_t h = hash_ids(key.data(), key.size());
-  if (checked_entry(key, h) != nullptr) return;  // another matcher was first
-  checked_tokens += n + key.size();
-  checked.emplace(h, Checked{std::move(key), std::vector<Token>(accepted, accepted + n)});
+  return known == n;
+}
+
+void CompiledData::add_checked(const std::vector<uint32_t>& positions, uint32_t ctx,
+                               const std::vector<CheckedToken>& tokens) const {
+  // Levels in the order of the tokens' first use; one entry per level.
+  std::vector<size_t> levels;
+  for (const CheckedToken& t : tokens) {
+    if (std::find(levels.begin(), levels.end(), t.level) == levels.end()) levels.push_back(t.level);
+  }
+  std::lock_guard<std::mutex> lock(checked_mu);
+  std::vector<uint32_t>& listed = checked_frames[ctx];
+  Checked whole;  // levels not listed (past kMaxCheckedFrames), and tokens that ended the stack
+  top_frames_key(positions, kWholeStack, ctx, whole.key);
+  for (size_t level : levels) {
+    Checked e;
+    const bool top = level <= positions.size() && ctx != StackPool::kUnknown &&
+                     (std::find(listed.begin(), listed.end(), level) != listed.end() ||
+                      listed.size() < kMaxCheckedFrames);
+    Checked& into = top ? e : whole;
+    for (const CheckedToken& t : tokens) {
+      if (t.level != level) continue;
+      (t.accepted ? into.accepted : into.refused).push_back(t.index);
+    }
+    if (!top) continue;
+    if (std::find(listed.begin(), listed.end(), level) == listed.end()) {
+      listed.push_back(static_cast<uint32_t>(level));
+    }
+    top_frames_key(positions, level, ctx, e.key);
+    keep_checked(std::move(e));
+  }
+  if (!whole.accepted.empty() || !whole.refused.empty()) keep_checked(std::move(whole));
+}
+
+bool CompiledData::find_checked_all(const std::vector<uint32_t>& positions,
+                                    std::vector<Token>& out) const {
+  std::vector<uint32_t> key;
+  top_frames_key(positions, kWholeStack, StackPool::kUnknown, key);
+  std::lock_guard<std::mutex> lock(checked_mu);
+  const Checked* c = checked_entry(key, hash_ids(key.data(), key.size()));
+  if (c != nullptr) out.insert(out.end(), c->all.begin(), c->all.end());
+  return c != nullptr;
+}
+
+void CompiledData::add_checked_all(const std::vector<uint32_t>& positions, const Token* accepted,
+                                   size_t n) const {
+  Checked e;
+  top_frames_key(positions, kWholeStack, StackPool::kUnknown, e.key);
+  e.all.assign(accepted, accepted + n);
+  std::lock_guard<std::mutex> lock(checked_mu);
+  keep_checked(std::move(e));
 }
 
 void warm_shared_tables(const std::shared_ptr<const TokenIndex>& tokens) {

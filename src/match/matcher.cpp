@@ -160,16 +160,11 @@ class MatcherState {
         }
       }
       if (cm == nullptr) {
-        memo_into(s, words, [&](std::vector<Token>& out) { check_all_tokens(s, out); });
+        memo_into(s, words, nullptr);
         continue;
       }
       or_accepted_once(*cm, words);
-      if (!cm->uncertain_ids.empty() && !context_is_whole_stack(s)) {
-        memo_into(s, words, [&](std::vector<Token>& out) {
-          check_uncertain(s, cm->uncertain_ids.data(),
-                          static_cast<uint32_t>(cm->uncertain_ids.size()), out);
-        });
-      }
+      if (!cm->uncertain_ids.empty() && !context_is_whole_stack(s)) memo_into(s, words, cm);
     }
     if (allow_eog) {
       for (Token t : tokens.eog_tokens()) bitmask_set(words, t);
@@ -346,14 +341,13 @@ class MatcherState {
     return m;
   }
 
-  // Sets the bits of the tokens that `check` finds stack s accepts: the uncertain tokens of
-  // s's context, or every token where the context has no mask and s no whole-stack mask
-  // (which of the two is fixed by s's positions). The answer depends on s alone (a
+  // Sets the bits of the tokens that stack s accepts among the uncertain tokens of its
+  // context cm, or among every token where the context has no mask and s no whole-stack mask
+  // (cm null; which of the two is fixed by s's positions). The answer depends on s alone (a
   // hash-consed stack: the same id is the same stack for the life of this matcher), so it
   // is memoized per stack: a string's characters, a number's digits, the items of an array
   // come back to the same stack step after step.
-  template <class Check>
-  void memo_into(uint32_t s, uint32_t* words, const Check& check) {
+  void memo_into(uint32_t s, uint32_t* words, const detail::ContextMask* cm) {
     auto it = memo_.find(s);
     if (it == memo_.end()) {
       if (memo_tokens_.size() > kMemoMaxTokens) {
@@ -362,19 +356,43 @@ class MatcherState {
       }
       const uint32_t off = static_cast<uint32_t>(memo_tokens_.size());
       // Other matchers of this grammar (the next request with the same schema) meet the same
-      // stacks: the answer is shared by the stack's positions.
+      // stacks: the answer is shared by the stack's positions, each token's by the top
+      // frames it read.
       const std::vector<uint32_t>& key = positions_of(s);
-      if (!d_->find_checked(key, pool_.ctx(s), memo_tokens_)) {
-        frames_read_ = SIZE_MAX;
-        check(memo_tokens_);
-        d_->add_checked(key, pool_.ctx(s), frames_read_, memo_tokens_.data() + off,
-                        memo_tokens_.size() - off);
+      if (cm == nullptr) {
+        if (!d_->find_checked_all(key, memo_tokens_)) {
+          check_all_tokens(s, memo_tokens_);
+          d_->add_checked_all(key, memo_tokens_.data() + off, memo_tokens_.size() - off);
+        }
+      } else {
+        const Token* ids = cm->uncertain_ids.data();
+        const size_t n = cm->uncertain_ids.size();
+        decided_.assign(n, 0);
+        if (!d_->find_checked(key, pool_.ctx(s), ids, n, memo_tokens_, decided_)) {
+          if (std::find(decided_.begin(), decided_.end(), 1) != decided_.end()) {
+            detail::test_walk_counters.partly_kept_checks.fetch_add(1, std::memory_order_relaxed);
+          }
+          rest_.clear();
+          rest_index_.clear();
+          for (size_t i = 0; i < n; ++i) {
+            if (decided_[i] != 0) continue;
+            rest_.push_back(ids[i]);
+            rest_index_.push_back(static_cast<uint32_t>(i));
+          }
+          check_uncertain(s, rest_.data(), static_cast<uint32_t>(rest_.size()), memo_tokens_);
+          for (auto& t : checked_) t.index = rest_index_[t.index];
+          d_->add_checked(key, pool_.ctx(s), checked_);
+        }
       }
       it = memo_.emplace(s, MemoRange{off, static_cast<uint32_t>(memo_tokens_.size() - off)}).first;
     }
     const Token* t = memo_tokens_.data() + it->second.off;
     for (uint32_t k = 0; k < it->second.len; ++k) bitmask_set(words, t[k]);
   }
+  std::vector<uint8_t> decided_;
+  std::vector<Token> rest_;
+  std::vector<uint32_t> rest_index_;
+  std::vector<detail::CompiledData::CheckedToken> checked_;  // check_uncertain's answers
 
   // Whether stack s is its context's chain alone (nothing below it): a context's uncertain
   // tokens are those that only the stack below can take (they leave the chain and go on, or
@@ -423,17 +441,21 @@ class MatcherState {
   }
 
   // Appends to `found` the tokens of `ids` (a context's uncertain tokens, in trie order)
-  // that the real stack s accepts. The parse frontier after each code point is kept per
-  // depth and reused by the next token as far as the two share a prefix.
+  // that the real stack s accepts, and to checked_ each token's answer and level (the top
+  // frames of s its steps read; its index is k, the token's place in ids). The parse
+  // frontier after each code point is kept per depth and reused by the next token as far as
+  // the two share a prefix, with the frames read up to that depth.
   static constexpr uint32_t kReadAhead = 8;  // tokens
   void check_uncertain(uint32_t s, const Token* ids, uint32_t count, std::vector<Token>& found) {
     const TokenIndex& tokens = *d_->tokens;
+    checked_.clear();
     fb_.clear();
     depth_off_.clear();
+    depth_read_.clear();
     fb_.push_back(s);
     depth_off_.push_back(0);
     depth_off_.push_back(1);
-    begin_frames_read(s);
+    depth_read_.push_back(begin_frames_read(s));
     const uint32_t* built = nullptr;  // code points the frontiers were built for
     size_t built_depth = 0;           // frontiers exist for depths 0..built_depth
     for (uint32_t k = 0; k < count; ++k) {
@@ -445,6 +467,7 @@ class MatcherState {
       size_t l = 0;
       while (l < built_depth && l < n && cps[l] == built[l]) ++l;
       depth_off_.resize(l + 2);
+      depth_read_.resize(l + 1);
       fb_.resize(depth_off_[l + 1]);
       built = cps;
       built_depth = l;
@@ -452,26 +475,27 @@ class MatcherState {
       for (size_t dpt = l; dpt < n && !dead; ++dpt) {
         const size_t before = fb_.size();
         step_code_point(fb_, depth_off_[dpt], depth_off_[dpt + 1], cps[dpt], fb_);
-        note_frames_read(before);
+        depth_read_.push_back(frames_read(before, depth_read_[dpt]));
         depth_off_.push_back(static_cast<uint32_t>(fb_.size()));
         built_depth = dpt + 1;
         dead = depth_off_[dpt + 2] == depth_off_[dpt + 1];
       }
-      if (dead || built_depth < n) continue;
-      if (ends_token(fb_.data() + depth_off_[n], depth_off_[n + 1] - depth_off_[n],
-                     tokens.partial(t))) {
-        found.push_back(t);
-      }
+      const bool ok = !dead && built_depth == n &&
+                      ends_token(fb_.data() + depth_off_[n], depth_off_[n + 1] - depth_off_[n],
+                                 tokens.partial(t));
+      if (ok) found.push_back(t);
+      checked_.push_back({k, ok, depth_read_[built_depth]});
     }
   }
 
-  // How many of stack s's top frames a check read (frames_read_): every position the check
-  // reads is the top of a stack it reached (the positions a step pops through are below
-  // the stacks it makes), and such a stack t is new frames above one of s's own frames
-  // a_i (a_0 = s): then frames a_0 .. a_(i-1) were read, and a_i as well when t is a_i.
-  // The empty stack (a token that ends s) reads it whole: SIZE_MAX. The answer depends on
-  // those frames only, so find_checked keeps it under them (memo_into).
-  void begin_frames_read(uint32_t s) {
+  // How many of stack s's top frames a check read: every position the check reads is the
+  // top of a stack it reached (the positions a step pops through are below the stacks it
+  // makes), and such a stack t is new frames above one of s's own frames a_i (a_0 = s):
+  // then frames a_0 .. a_(i-1) were read, and a_i as well when t is a_i. The empty stack (a
+  // token that ends s) reads it whole (kWholeStack). A token's answer depends on the frames
+  // it read only, so find_checked keeps it under them (memo_into).
+  // begin_frames_read marks s's frames and returns what reading s's top reads.
+  size_t begin_frames_read(uint32_t s) {
     if (++chain_now_ == 0) {
       std::fill(chain_stamp_.begin(), chain_stamp_.end(), ChainSlot{0, 0});
       chain_now_ = 1;
@@ -481,20 +505,18 @@ class MatcherState {
       chain_slot(c) = {chain_now_, i};
       if (c == StackPool::kEmpty) break;
     }
-    frames_read_ = s == StackPool::kEmpty ? SIZE_MAX : 1;
+    return s == StackPool::kEmpty ? detail::CompiledData::kWholeStack : 1;
   }
-  void note_frames_read(size_t from) {
-    for (size_t k = from; k < fb_.size() && frames_read_ != SIZE_MAX; ++k) {
+  // The frames read once the stacks fb_[from, end) are reached, `read` before them.
+  size_t frames_read(size_t from, size_t read) {
+    for (size_t k = from; k < fb_.size() && read != detail::CompiledData::kWholeStack; ++k) {
       const uint32_t t = fb_[k];
-      if (t == StackPool::kEmpty) {
-        frames_read_ = SIZE_MAX;
-        break;
-      }
+      if (t == StackPool::kEmpty) return detail::CompiledData::kWholeStack;
       uint32_t c = t;
       while (chain_slot(c).stamp != chain_now_) c = pool_.parent(c);
-      const size_t read = chain_slot(c).index + (c == t ? 1 : 0);
-      frames_read_ = std::max(frames_read_, read);
+      read = std::max<size_t>(read, chain_slot(c).index + (c == t ? 1 : 0));
     }
+    return read;
   }
   struct ChainSlot {
     uint32_t stamp, index;
@@ -505,7 +527,7 @@ class MatcherState {
   }
   std::vector<ChainSlot> chain_stamp_;
   uint32_t chain_now_ = 0;
-  size_t frames_read_ = SIZE_MAX;
+  std::vector<size_t> depth_read_;  // frames read up to each depth of the frontier
 
   // A stack whose context has no mask and that has no whole-stack mask either (a limit was
   // hit): every text token is checked against the stack itself, in one preorder walk of the
