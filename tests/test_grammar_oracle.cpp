@@ -1800,6 +1800,58 @@ x ::= [^"\\\x00-\x1F])g"};
 // the stack's positions). Texts that reach one same top position above different stacks
 // (a word inside "(" or "[", at several depths), each walked by a new matcher of one
 // compiled grammar, one after the other and twice: every mask must still be llama.cpp's.
+// A token that leaves its context and goes on past the end is accepted at compile time
+// where the returns of every call site of the chain's bottom rule take it alone
+// (ContextClassifier::settle): an S-expression's item called from two places; an item
+// whose call sites are followed by different characters (a token one site's returns take
+// stays uncertain); the root's rule called again inside (nothing may lie below a frame of
+// the root: a rule it tail-calls is never settled); a call whose rest may be empty. Every
+// list is settled here (the minimum forced to 1), and with the classifier's own minimum.
+TEST_P(Oracle, SettledByReturnsMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"g(root ::= sexp
+sexp ::= "(" ws item (ws1 item)* ws ")"
+item ::= atom | sexp
+atom ::= [^ \t\n()]+
+ws ::= [ \t\n]*
+ws1 ::= [ \t\n]+)g",
+       "(define (f x)\n  (if (< x 2) x (+ (f (- x 1)) (f (- x 2)))))"},
+      {R"g(root ::= list
+list ::= "(" ws item (ws1 item)* ws ")" | "[" ws item ws "|" ws item ws "]"
+item ::= atom | list
+atom ::= [^ \n()[\]|]+
+ws ::= [ \n]*
+ws1 ::= [ \n]+)g",
+       "(ab [cd | ef]\n(gh [i|j] k) [(l m)|n])"},
+      {R"g(root ::= item
+item ::= [a-z]+ | "(" root ("\n" root)* ")")g",
+       "(ab\n(cd\nef)\ngh)"},
+      {R"g(root ::= "{" pair ("," pair)* "}"
+pair ::= key ":" val
+key ::= [a-z]+
+val ::= [0-9]+ ("." [0-9]+)? | "{" pair ("," pair)* "}")g",
+       "{ab:12,cd:{ef:3.5,g:7},h:0}"}};
+  const uint64_t settled0 = detail::test_walk_counters.settled_tokens.load();
+  WalkStats stats;
+  size_t text_steps = 0, text_tokens = 0;
+  uint64_t seed = 4242;
+  for (const auto& [min_settle, inline_rules] :
+       {std::pair{size_t{1}, true}, std::pair{size_t{1}, false}, std::pair{SIZE_MAX, true}}) {
+    ScopedHook<size_t> hook(detail::test_min_settle, min_settle);
+    text_steps += walk_cases(fx, cases, 8, seed, stats, &text_tokens, inline_rules);
+    seed += 100;
+  }
+  const uint64_t settled = detail::test_walk_counters.settled_tokens.load() - settled0;
+  std::printf("[oracle] %s settled by returns: %llu tokens, %zu text steps, %zu random steps\n",
+              GetParam().c_str(), static_cast<unsigned long long>(settled), text_steps,
+              stats.steps);
+  EXPECT_EQ(text_steps, text_tokens);
+  EXPECT_GT(settled, 0u);  // (thousands on llama-bpe and qwen2; few on llama-spm)
+  EXPECT_GT(stats.steps, cases.size() * 20);
+}
+
 // Each token's answer is kept under the top frames its check read alone (the next level of
 // a recursion finds the answers of the tokens that read no deeper, and checks the rest):
 // the deep texts put the same top frames above different brackets further down, which

@@ -422,6 +422,7 @@ struct WalkCounters {
   std::atomic<uint64_t> same_masks{0};          // masks found equal to one computed before
   std::atomic<uint64_t> top_frame_checks{0};    // stack checks found under their top frames
   std::atomic<uint64_t> partly_kept_checks{0};  // checks of the tokens that kept ones left
+  std::atomic<uint64_t> settled_tokens{0};      // uncertain tokens every call site's returns take
   std::atomic<uint64_t> unobserved_family_walks{0};  // family levels that could not share
   std::atomic<uint64_t> rules_signed_again{0};  // rules whose signature was made again to compare
   std::atomic<uint64_t> high_after_ascii{0};    // runs of code points >= 128 chosen by a lookahead
@@ -433,6 +434,9 @@ inline std::atomic<bool> test_check_run_depths{false};
 // Tests only: contexts with more uncertain tokens than this take whole-stack masks
 // (CompiledData::deep_threshold; SIZE_MAX: the default, n_vocab / 16).
 inline std::atomic<size_t> test_deep_threshold{SIZE_MAX};
+// Tests only: the fewest uncertain tokens a context's returns settle (SIZE_MAX: the
+// classifier's own minimum; ContextClassifier::settle).
+inline std::atomic<size_t> test_min_settle{SIZE_MAX};
 
 struct CompiledData {
   CompiledData();

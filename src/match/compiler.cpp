@@ -2760,6 +2760,16 @@ struct Classifier {
     return make_frame(v >> 1, fv >> 1, parent.depth + 1, v & 1u, fv & 1u, pending);
   }
 
+  // When set, classify_list sorts nothing: it clears (*taken)[i] for each token i that the
+  // stacks do not take, where the stacks past the end (after_end) are one call site's
+  // returns with what lies below it unknown (ContextClassifier::settle): taken, a token
+  // ends inside the context, where it ends, or inside those returns (not below them).
+  std::vector<uint8_t>* taken = nullptr;
+  bool takes(const Frame& fr, PartialUtf8 p) {
+    if (p.n_remain == 0) return fr.set != 0 || fr.exited || fr.fset != 0;
+    return (fr.set != 0 && partial_ok(fr.set, p)) || (fr.fset != 0 && partial_ok(fr.fset, p));
+  }
+
   // How far classify_list reads ahead for where a token's code points lie (trie order:
   // the ids, and so those places, lie at random).
   static constexpr size_t kReadAhead = 8;  // tokens
@@ -2794,6 +2804,10 @@ struct Classifier {
         path.push_back(c);
       }
       prev_n = path.size() - 1;
+      if (taken != nullptr) {
+        if (dead || !takes(path[n], tokens.partial(t))) (*taken)[i] = 0;
+        continue;
+      }
       if (dead) continue;
       const Frame& fr = path[n];
       sort_token(t, tokens.partial(t), fr.set, fr.exited, fr.fset, fr.pending || fr.fexited);
@@ -4287,21 +4301,150 @@ class ContextClassifier {
     // chains at other levels of the family that a token cannot tell apart.
     std::vector<uint32_t> ckey = classes_of(chain_pos_.size());
     push_after_key(ckey, key_after);
+    // Its uncertain tokens may then be settled by the returns of each call site (see
+    // settle): the settled mask is kept under the key and those returns, the walk's under
+    // the key alone (chains of other rules with the same continuation share the walk).
+    const std::vector<uint32_t>* groups =
+        key_after == kUnset ? nullptr : return_groups(d_.g.elem_rule[chain_pos_.back()]);
+    std::vector<uint32_t> skey;
+    if (groups != nullptr) {
+      skey = ckey;
+      skey.push_back(kSettleMarker);
+      skey.insert(skey.end(), groups->begin(), groups->end());
+      if (const auto* known = chains_.lookup(skey)) {
+        *fresh = false;
+        return *known;
+      }
+    }
+    std::shared_ptr<const ContextMask> cm;
     if (const auto* known = chains_.lookup(ckey)) {
       *fresh = false;
-      return *known;
-    }
-    *fresh = true;
-    std::shared_ptr<const ContextMask> cm;
-    if (std::vector<uint32_t> fkey; family_key(chain_pos_, &fkey)) {
-      push_after_key(fkey, key_after);
-      cm = family_chain(chain_pos_, std::move(fkey), after, fresh);
+      cm = *known;
     } else {
-      std::unique_ptr<ContextMask> walked = compute_chain(after);
-      if (!past_cap(*walked)) cm = same_mask(std::move(walked), fresh);
+      *fresh = true;
+      if (std::vector<uint32_t> fkey; family_key(chain_pos_, &fkey)) {
+        push_after_key(fkey, key_after);
+        cm = family_chain(chain_pos_, std::move(fkey), after, fresh);
+      } else {
+        std::unique_ptr<ContextMask> walked = compute_chain(after);
+        if (!past_cap(*walked)) cm = same_mask(std::move(walked), fresh);
+      }
+      chains_.add(std::move(ckey), cm);
     }
-    chains_.add(std::move(ckey), cm);
+    if (groups == nullptr) return cm;
+    if (cm != nullptr) {
+      if (std::unique_ptr<ContextMask> settled = settle(*cm, *groups, after)) {
+        *fresh = true;
+        cm = same_mask(std::move(settled), fresh);
+      }
+    }
+    chains_.add(std::move(skey), cm);
     return cm;
+  }
+
+  // A token that leaves the context and goes on past its end is uncertain: the union of
+  // the returns of every call site of the chain's bottom rule takes it, but the real stack
+  // returns to one of them. Where every call site's returns take it alone (it ends within
+  // them, never below them: what lies below is unknown), any real stack does, and it is
+  // accepted. (An S-expression's item: after an atom, a token of spaces and a newline is
+  // whitespace wherever the item was called, while one of closing parentheses reads the
+  // stack further down. deep_recursion's item contexts left 1,160 tokens to the run-time
+  // check, 763 of them of the first kind.) The run-time check costs one step per code
+  // point past the shared prefix, at each new stack; this costs as much per call site, once
+  // per context, so only lists of kMinSettle tokens or more are settled.
+  // Null when it settles none.
+  static constexpr size_t kMinSettle = 64;
+  std::unique_ptr<ContextMask> settle(const ContextMask& cm, const std::vector<uint32_t>& groups,
+                                      uint32_t after) {
+    const size_t n = cm.uncertain_ids.size();
+    const size_t forced = detail::test_min_settle.load(std::memory_order_relaxed);
+    if (n == 0 || n < (forced != SIZE_MAX ? forced : kMinSettle)) return nullptr;
+    uint32_t w = StackPool::kEmpty;
+    for (size_t k = chain_pos_.size(); k-- > 0;) w = walk_pool_.make(chain_pos_[k], w);
+    std::vector<uint8_t> taken(n, 1);
+    cl_.taken = &taken;
+    struct Restore {
+      Classifier& c;
+      uint32_t after;
+      ~Restore() {
+        c.taken = nullptr;
+        c.after_end = after;
+      }
+    } restore{cl_, after};
+    for (uint32_t g : groups) {
+      cl_.after_end = g;
+      cl_.classify_list(w, cm.uncertain_ids);
+      if (std::find(taken.begin(), taken.end(), 1) == taken.end()) return nullptr;
+    }
+    auto out = std::make_unique<ContextMask>();
+    out->accepted_bits = cm.accepted_bits;
+    out->accepted_ids = cm.accepted_ids;
+    for (size_t i = 0; i < n; ++i) {
+      const Token t = cm.uncertain_ids[i];
+      if (taken[i] == 0) {
+        out->uncertain_ids.push_back(t);  // still in trie order
+      } else if (!out->accepted_bits.empty()) {
+        bitmask_set(out->accepted_bits.data(), t);
+      } else {
+        out->accepted_ids.push_back(t);
+      }
+    }
+    const size_t n_vocab = d_.tokens->n_vocab();
+    if (out->accepted_bits.empty() && out->accepted_ids.size() * 32 > n_vocab) {
+      out->accepted_bits.assign(bitmask_words(n_vocab), 0);
+      for (Token t : out->accepted_ids) bitmask_set(out->accepted_bits.data(), t);
+      out->accepted_ids = {};
+    }
+    detail::test_walk_counters.settled_tokens.fetch_add(n - out->uncertain_ids.size(),
+                                                        std::memory_order_relaxed);
+    return out;
+  }
+  // The returns of each call site of rule r, as sets of walk stacks without the empty stack
+  // (what lies below), in call-site order. A tail call site (one that returns nowhere but
+  // below) stands for the call sites of its caller's rule, in turn. Null when some real
+  // stack of r may return to none of them: r (or a caller through tail calls) is the root,
+  // below whose frame nothing may lie; or r has no call site; and where r returns to more
+  // than kMaxSettleGroups places, or through more than kMaxSettleSites call sites. Memoized per
+  // rule (reset with the walk pool).
+  static constexpr size_t kMaxSettleGroups = 4;
+  // At most this many call sites are looked at, tail call sites' callers included: a rule
+  // that a value rule tail-calls in a large schema reached 8,000 sites through 1,000 rules
+  // (1 ms, for each such rule, in JSON Schema Store's eslintrc).
+  static constexpr size_t kMaxSettleSites = 32;
+  static constexpr uint32_t kSettleMarker = 0xFFFFFFFDu;
+  const std::vector<uint32_t>* return_groups(uint32_t r) {
+    RuleReturns& rr = returns_[r];
+    if (!rr.groups_known) {
+      rr.groups_known = true;
+      std::vector<uint32_t> rules{r}, out, members, groups;
+      bool ok = true;
+      size_t n_sites = 0;
+      for (size_t k = 0; ok && k < rules.size(); ++k) {
+        const uint32_t q = rules[k];
+        const auto& sites = callers_[q];
+        n_sites += sites.size();
+        ok = q != d_.g.root && !sites.empty() && n_sites <= kMaxSettleSites;
+        for (size_t i = 0; ok && i < sites.size(); ++i) {
+          out.clear();
+          walk_pool_.start(sites[i] + 1, StackPool::kEmpty, out);
+          members.clear();
+          for (uint32_t o : out) {
+            if (o != StackPool::kEmpty) members.push_back(o);
+          }
+          if (members.empty()) {
+            const uint32_t caller = d_.g.elem_rule[sites[i]];
+            if (std::find(rules.begin(), rules.end(), caller) == rules.end())
+              rules.push_back(caller);
+            continue;
+          }
+          const uint32_t set = states_.intern(members);
+          if (std::find(groups.begin(), groups.end(), set) == groups.end()) groups.push_back(set);
+          ok = groups.size() <= kMaxSettleGroups;
+        }
+      }
+      if (ok) rr.groups = std::move(groups);
+    }
+    return rr.groups.empty() ? nullptr : &rr.groups;
   }
 
   // A chain that refers to level L (= flevel_) of a family: walks entering levels L, L-1,
@@ -4817,6 +4960,8 @@ class ContextClassifier {
   struct RuleReturns {
     bool known = false, too_many = false;
     std::vector<uint32_t> members, tail_callers;
+    bool groups_known = false;
+    std::vector<uint32_t> groups;  // return_groups
   };
   const RuleReturns& returns_of(uint32_t r, size_t limit) {
     RuleReturns& rr = returns_[r];
