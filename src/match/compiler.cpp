@@ -4354,6 +4354,7 @@ class ContextClassifier {
   // per context, so only lists of kMinSettle tokens or more are settled.
   // Null when it settles none.
   static constexpr size_t kMinSettle = 64;
+  static constexpr size_t kSettleSample = 64, kSettleSampleShare = 8;  // (at least 1/8 taken)
   std::unique_ptr<ContextMask> settle(const ContextMask& cm, const std::vector<uint32_t>& groups,
                                       uint32_t after) {
     const size_t n = cm.uncertain_ids.size();
@@ -4371,6 +4372,23 @@ class ContextClassifier {
         c.after_end = after;
       }
     } restore{cl_, after};
+    // Where the sites are followed by different things (a JSON value's `,` then a key in
+    // an object, `,` then a value in an array), few tokens are taken by all of them, and
+    // settling is a walk per site for nothing (json.gbnf: 21 lists of 551 tokens, 3
+    // settled in each, 0.4 ms of a 3 ms compile). A long list is tried first on a sample
+    // of kSettleSample tokens spread over it, against the first site's returns alone.
+    if (n > 2 * kSettleSample) {
+      std::vector<Token> sample(kSettleSample);
+      for (size_t i = 0; i < kSettleSample; ++i)
+        sample[i] = cm.uncertain_ids[i * n / kSettleSample];
+      std::vector<uint8_t> sample_taken(kSettleSample, 1);
+      cl_.taken = &sample_taken;
+      cl_.after_end = groups[0];
+      cl_.classify_list(w, sample);
+      const auto hits = std::count(sample_taken.begin(), sample_taken.end(), 1);
+      if (static_cast<size_t>(hits) * kSettleSampleShare < kSettleSample) return nullptr;
+      cl_.taken = &taken;
+    }
     for (uint32_t g : groups) {
       cl_.after_end = g;
       cl_.classify_list(w, cm.uncertain_ids);
