@@ -1879,8 +1879,13 @@ v ::= [a-z]+ ")")g";
   size_t steps = 0;
   const uint64_t top0 = detail::test_walk_counters.top_frame_checks.load();
   const uint64_t partly0 = detail::test_walk_counters.partly_kept_checks.load();
-  for (size_t k = 0; k < cases.size() * 2; ++k) {
-    const auto& [gbnf, texts] = cases[k / 2];
+  const uint64_t whole0 = detail::test_walk_counters.levels_kept_whole.load();
+  // The brackets once more with one level listed per context: the others are kept under
+  // the whole stack (as past the 32 levels of the default).
+  for (size_t k = 0; k < cases.size() * 2 + 1; ++k) {
+    const bool one_level = k == cases.size() * 2;
+    ScopedHook<size_t> levels(detail::test_max_checked_levels, one_level ? 1 : SIZE_MAX);
+    const auto& [gbnf, texts] = cases[one_level ? 0 : k / 2];
     const bool inline_rules = k % 2 == 1;
     CompileOptions options;
     options.eager_ms = 0;
@@ -1912,15 +1917,17 @@ v ::= [a-z]+ ")")g";
   }
   const uint64_t top = detail::test_walk_counters.top_frame_checks.load() - top0;
   const uint64_t partly = detail::test_walk_counters.partly_kept_checks.load() - partly0;
+  const uint64_t whole = detail::test_walk_counters.levels_kept_whole.load() - whole0;
   std::printf(
       "[oracle] %s shared stack checks: %zu steps compared, %llu found under top frames, %llu "
-      "checks of only the tokens that kept ones left\n",
+      "checks of only the tokens that kept ones left, %llu levels kept under whole stacks\n",
       GetParam().c_str(), steps, static_cast<unsigned long long>(top),
-      static_cast<unsigned long long>(partly));
+      static_cast<unsigned long long>(partly), static_cast<unsigned long long>(whole));
   EXPECT_GT(steps, cases[0].second.size() * 8);
   EXPECT_GT(top, cases[0].second.size());
   // Each new depth of "((((((ab))))))" checks again only the tokens of more brackets.
   EXPECT_GT(partly, 4u);
+  EXPECT_GT(whole, 4u);
 }
 
 // The stress set of bench/data/grammars (broad negated classes under bounded and unbounded

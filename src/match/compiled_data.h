@@ -422,6 +422,7 @@ struct WalkCounters {
   std::atomic<uint64_t> same_masks{0};          // masks found equal to one computed before
   std::atomic<uint64_t> top_frame_checks{0};    // stack checks found under their top frames
   std::atomic<uint64_t> partly_kept_checks{0};  // checks of the tokens that kept ones left
+  std::atomic<uint64_t> levels_kept_whole{0};   // levels past the list, kept under whole stacks
   std::atomic<uint64_t> settled_tokens{0};      // uncertain tokens every call site's returns take
   std::atomic<uint64_t> unobserved_family_walks{0};  // family levels that could not share
   std::atomic<uint64_t> rules_signed_again{0};  // rules whose signature was made again to compare
@@ -437,6 +438,9 @@ inline std::atomic<size_t> test_deep_threshold{SIZE_MAX};
 // Tests only: the fewest uncertain tokens a context's returns settle (SIZE_MAX: the
 // classifier's own minimum; ContextClassifier::settle).
 inline std::atomic<size_t> test_min_settle{SIZE_MAX};
+// Tests only: the most levels of shared checks listed per context (SIZE_MAX: the default,
+// CompiledData::kMaxCheckedFrames).
+inline std::atomic<size_t> test_max_checked_levels{SIZE_MAX};
 
 struct CompiledData {
   CompiledData();

@@ -5482,15 +5482,20 @@ void CompiledData::add_checked(const std::vector<uint32_t>& positions, uint32_t 
   for (const CheckedToken& t : tokens) {
     if (std::find(levels.begin(), levels.end(), t.level) == levels.end()) levels.push_back(t.level);
   }
+  const size_t forced = test_max_checked_levels.load(std::memory_order_relaxed);
+  const size_t max_listed = forced != SIZE_MAX ? forced : kMaxCheckedFrames;
   std::lock_guard<std::mutex> lock(checked_mu);
   std::vector<uint32_t>& listed = checked_frames[ctx];
-  Checked whole;  // levels not listed (past kMaxCheckedFrames), and tokens that ended the stack
+  Checked whole;  // levels not listed (past max_listed), and tokens that ended the stack
   top_frames_key(positions, kWholeStack, ctx, whole.key);
   for (size_t level : levels) {
     Checked e;
-    const bool top = level <= positions.size() && ctx != StackPool::kUnknown &&
-                     (std::find(listed.begin(), listed.end(), level) != listed.end() ||
-                      listed.size() < kMaxCheckedFrames);
+    const bool in_stack = level <= positions.size() && ctx != StackPool::kUnknown;
+    const bool top = in_stack && (std::find(listed.begin(), listed.end(), level) != listed.end() ||
+                                  listed.size() < max_listed);
+    if (in_stack && !top) {
+      test_walk_counters.levels_kept_whole.fetch_add(1, std::memory_order_relaxed);
+    }
     Checked& into = top ? e : whole;
     for (const CheckedToken& t : tokens) {
       if (t.level != level) continue;
