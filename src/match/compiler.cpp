@@ -2760,11 +2760,11 @@ struct Classifier {
     return make_frame(v >> 1, fv >> 1, parent.depth + 1, v & 1u, fv & 1u, pending);
   }
 
-  // When set, classify_list sorts nothing: it clears (*taken)[i] for each token i that the
-  // stacks do not take, where the stacks past the end (after_end) are one call site's
-  // returns with what lies below it unknown (ContextClassifier::settle): taken, a token
-  // ends inside the context, where it ends, or inside those returns (not below them).
-  std::vector<uint8_t>* taken = nullptr;
+  // When set, classify_list sorts nothing: it clears (*settle_taken)[i] for each token i
+  // that the stacks do not take, where the stacks past the end (after_end) are one call
+  // site's returns with what lies below it unknown (ContextClassifier::settle): taken, a
+  // token ends inside the context, where it ends, or inside those returns (not below them).
+  std::vector<uint8_t>* settle_taken = nullptr;
   bool takes(const Frame& fr, PartialUtf8 p) {
     if (p.n_remain == 0) return fr.set != 0 || fr.exited || fr.fset != 0;
     return (fr.set != 0 && partial_ok(fr.set, p)) || (fr.fset != 0 && partial_ok(fr.fset, p));
@@ -2804,8 +2804,8 @@ struct Classifier {
         path.push_back(c);
       }
       prev_n = path.size() - 1;
-      if (taken != nullptr) {
-        if (dead || !takes(path[n], tokens.partial(t))) (*taken)[i] = 0;
+      if (settle_taken != nullptr) {
+        if (dead || !takes(path[n], tokens.partial(t))) (*settle_taken)[i] = 0;
         continue;
       }
       if (dead) continue;
@@ -4333,7 +4333,7 @@ class ContextClassifier {
     }
     if (groups == nullptr) return cm;
     if (cm != nullptr) {
-      if (std::unique_ptr<ContextMask> settled = settle(*cm, *groups, after)) {
+      if (std::unique_ptr<ContextMask> settled = settle(*cm, *groups)) {
         *fresh = true;
         cm = same_mask(std::move(settled), fresh);
       }
@@ -4355,23 +4355,17 @@ class ContextClassifier {
   // Null when it settles none.
   static constexpr size_t kMinSettle = 64;
   static constexpr size_t kSettleSample = 64, kSettleSampleShare = 8;  // (at least 1/8 taken)
-  std::unique_ptr<ContextMask> settle(const ContextMask& cm, const std::vector<uint32_t>& groups,
-                                      uint32_t after) {
+  std::unique_ptr<ContextMask> settle(const ContextMask& cm, const std::vector<uint32_t>& groups) {
     const size_t n = cm.uncertain_ids.size();
     const size_t forced = detail::test_min_settle.load(std::memory_order_relaxed);
     if (n == 0 || n < (forced != SIZE_MAX ? forced : kMinSettle)) return nullptr;
-    uint32_t w = StackPool::kEmpty;
-    for (size_t k = chain_pos_.size(); k-- > 0;) w = walk_pool_.make(chain_pos_[k], w);
+    const uint32_t w = walk_stack(chain_pos_);
     std::vector<uint8_t> taken(n, 1);
-    cl_.taken = &taken;
+    // (Every walk sets after_end before it starts; only the list mode is undone here.)
     struct Restore {
       Classifier& c;
-      uint32_t after;
-      ~Restore() {
-        c.taken = nullptr;
-        c.after_end = after;
-      }
-    } restore{cl_, after};
+      ~Restore() { c.settle_taken = nullptr; }
+    } restore{cl_};
     // Where the sites are followed by different things (a JSON value's `,` then a key in
     // an object, `,` then a value in an array), few tokens are taken by all of them, and
     // settling is a walk per site for nothing (json.gbnf: 21 lists of 551 tokens, 3
@@ -4382,39 +4376,24 @@ class ContextClassifier {
       for (size_t i = 0; i < kSettleSample; ++i)
         sample[i] = cm.uncertain_ids[i * n / kSettleSample];
       std::vector<uint8_t> sample_taken(kSettleSample, 1);
-      cl_.taken = &sample_taken;
+      cl_.settle_taken = &sample_taken;
       cl_.after_end = groups[0];
       cl_.classify_list(w, sample);
       const auto hits = std::count(sample_taken.begin(), sample_taken.end(), 1);
       if (static_cast<size_t>(hits) * kSettleSampleShare < kSettleSample) return nullptr;
-      cl_.taken = &taken;
     }
+    cl_.settle_taken = &taken;
     for (uint32_t g : groups) {
       cl_.after_end = g;
       cl_.classify_list(w, cm.uncertain_ids);
       if (std::find(taken.begin(), taken.end(), 1) == taken.end()) return nullptr;
     }
+    std::vector<Token> settled, rest;  // both still in trie order
+    for (size_t i = 0; i < n; ++i) (taken[i] != 0 ? settled : rest).push_back(cm.uncertain_ids[i]);
     auto out = std::make_unique<ContextMask>();
-    out->accepted_bits = cm.accepted_bits;
-    out->accepted_ids = cm.accepted_ids;
-    for (size_t i = 0; i < n; ++i) {
-      const Token t = cm.uncertain_ids[i];
-      if (taken[i] == 0) {
-        out->uncertain_ids.push_back(t);  // still in trie order
-      } else if (!out->accepted_bits.empty()) {
-        bitmask_set(out->accepted_bits.data(), t);
-      } else {
-        out->accepted_ids.push_back(t);
-      }
-    }
-    const size_t n_vocab = d_.tokens->n_vocab();
-    if (out->accepted_bits.empty() && out->accepted_ids.size() * 32 > n_vocab) {
-      out->accepted_bits.assign(bitmask_words(n_vocab), 0);
-      for (Token t : out->accepted_ids) bitmask_set(out->accepted_bits.data(), t);
-      out->accepted_ids = {};
-    }
-    detail::test_walk_counters.settled_tokens.fetch_add(n - out->uncertain_ids.size(),
-                                                        std::memory_order_relaxed);
+    accept_more(cm, settled, *out);
+    out->uncertain_ids = std::move(rest);
+    detail::test_walk_counters.settled_tokens.fetch_add(settled.size(), std::memory_order_relaxed);
     return out;
   }
   // The returns of each call site of rule r, as sets of walk stacks without the empty stack
@@ -4434,7 +4413,7 @@ class ContextClassifier {
     RuleReturns& rr = returns_[r];
     if (!rr.groups_known) {
       rr.groups_known = true;
-      std::vector<uint32_t> rules{r}, out, members, groups;
+      std::vector<uint32_t> rules{r}, members, groups;
       bool ok = true;
       size_t n_sites = 0;
       for (size_t k = 0; ok && k < rules.size(); ++k) {
@@ -4443,12 +4422,8 @@ class ContextClassifier {
         n_sites += sites.size();
         ok = q != d_.g.root && !sites.empty() && n_sites <= kMaxSettleSites;
         for (size_t i = 0; ok && i < sites.size(); ++i) {
-          out.clear();
-          walk_pool_.start(sites[i] + 1, StackPool::kEmpty, out);
           members.clear();
-          for (uint32_t o : out) {
-            if (o != StackPool::kEmpty) members.push_back(o);
-          }
+          site_returns(sites[i], members);
           if (members.empty()) {
             const uint32_t caller = d_.g.elem_rule[sites[i]];
             if (std::find(rules.begin(), rules.end(), caller) == rules.end())
@@ -4669,9 +4644,13 @@ class ContextClassifier {
   // Walks run on full (uncut) stacks: a copy of the chain with the empty stack below it, so
   // that popping below the chain is the only way to leave it; `after` is the set of stacks
   // parsing goes on with then (see after_end).
-  std::unique_ptr<ContextMask> classify(const std::vector<uint32_t>& positions, uint32_t after) {
+  uint32_t walk_stack(const std::vector<uint32_t>& positions) {
     uint32_t w = StackPool::kEmpty;
     for (size_t k = positions.size(); k-- > 0;) w = walk_pool_.make(positions[k], w);
+    return w;
+  }
+  std::unique_ptr<ContextMask> classify(const std::vector<uint32_t>& positions, uint32_t after) {
+    const uint32_t w = walk_stack(positions);
     cl_.after_end = after;
     cl_.kid_memo = kid_memo_for(positions, after);
     cl_.classify_context(w);
@@ -4904,29 +4883,30 @@ class ContextClassifier {
   // The mask of the whole chain from a prefix's mask: its accepted tokens, and its
   // uncertain ones followed through the whole chain.
   std::unique_ptr<ContextMask> compose(const ContextMask& base, uint32_t after) {
-    uint32_t w = StackPool::kEmpty;
-    for (size_t k = chain_pos_.size(); k-- > 0;) w = walk_pool_.make(chain_pos_[k], w);
     cl_.after_end = after;
-    cl_.classify_list(w, base.uncertain_ids);
+    cl_.classify_list(walk_stack(chain_pos_), base.uncertain_ids);
     auto cm = std::make_unique<ContextMask>();
-    const size_t n_vocab = d_.tokens->n_vocab();
-    if (!base.accepted_bits.empty() ||
-        (base.accepted_ids.size() + cl_.accepted.size()) * 32 > n_vocab) {
-      if (!base.accepted_bits.empty()) {
-        cm->accepted_bits = base.accepted_bits;
-      } else {
-        cm->accepted_bits.assign(bitmask_words(n_vocab), 0);
-        for (Token t : base.accepted_ids) bitmask_set(cm->accepted_bits.data(), t);
-      }
-      for (Token t : cl_.accepted) bitmask_set(cm->accepted_bits.data(), t);
-    } else {
-      // The chain's ids are others than the base's (they were uncertain in the base).
-      cm->accepted_ids.reserve(base.accepted_ids.size() + cl_.accepted.size());
-      cm->accepted_ids.assign(base.accepted_ids.begin(), base.accepted_ids.end());
-      cm->accepted_ids.insert(cm->accepted_ids.end(), cl_.accepted.begin(), cl_.accepted.end());
-    }
+    accept_more(base, cl_.accepted, *cm);
     cm->uncertain_ids = cl_.uncertain;  // still in trie order
     return cm;
+  }
+  // out's accepted tokens: base's and `more` (others than base's: they were uncertain in
+  // it), as a bitmask where base has one or where they pass n_vocab/32, else as ids.
+  void accept_more(const ContextMask& base, const std::vector<Token>& more, ContextMask& out) {
+    const size_t n_vocab = d_.tokens->n_vocab();
+    if (!base.accepted_bits.empty() || (base.accepted_ids.size() + more.size()) * 32 > n_vocab) {
+      if (!base.accepted_bits.empty()) {
+        out.accepted_bits = base.accepted_bits;
+      } else {
+        out.accepted_bits.assign(bitmask_words(n_vocab), 0);
+        for (Token t : base.accepted_ids) bitmask_set(out.accepted_bits.data(), t);
+      }
+      for (Token t : more) bitmask_set(out.accepted_bits.data(), t);
+    } else {
+      out.accepted_ids.reserve(base.accepted_ids.size() + more.size());
+      out.accepted_ids.assign(base.accepted_ids.begin(), base.accepted_ids.end());
+      out.accepted_ids.insert(out.accepted_ids.end(), more.begin(), more.end());
+    }
   }
 
   const CompiledData& d_;
@@ -4981,22 +4961,29 @@ class ContextClassifier {
     bool groups_known = false;
     std::vector<uint32_t> groups;  // return_groups
   };
+  // Appends to `members` the stacks a frame returns to after call site p, within the caller;
+  // true when the caller's rest may be empty there (it returns below as well).
+  bool site_returns(uint32_t p, std::vector<uint32_t>& members) {
+    site_out_.clear();
+    walk_pool_.start(p + 1, StackPool::kEmpty, site_out_);
+    bool below = false;
+    for (uint32_t o : site_out_) {
+      if (o == StackPool::kEmpty) {
+        below = true;
+      } else {
+        members.push_back(o);
+      }
+    }
+    return below;
+  }
+  std::vector<uint32_t> site_out_;
   const RuleReturns& returns_of(uint32_t r, size_t limit) {
     RuleReturns& rr = returns_[r];
     if (rr.known) return rr;
     rr.known = true;
-    std::vector<uint32_t> out;
     size_t next_check = limit;
     for (uint32_t p : callers_[r]) {
-      out.clear();
-      walk_pool_.start(p + 1, StackPool::kEmpty, out);
-      for (uint32_t o : out) {
-        if (o == StackPool::kEmpty) {
-          rr.tail_callers.push_back(d_.g.elem_rule[p]);
-        } else {
-          rr.members.push_back(o);
-        }
-      }
+      if (site_returns(p, rr.members)) rr.tail_callers.push_back(d_.g.elem_rule[p]);
       if (rr.members.size() > next_check) {
         sort_unique(rr.members);
         if (rr.members.size() > limit) {
