@@ -5478,8 +5478,9 @@ void CompiledData::add_checked(const std::vector<uint32_t>& positions, uint32_t 
   for (size_t level : levels) {
     Checked e;
     const bool in_stack = level <= positions.size() && ctx != StackPool::kUnknown;
-    const bool top = in_stack && (std::find(listed.begin(), listed.end(), level) != listed.end() ||
-                                  listed.size() < max_listed);
+    const bool was_listed =
+        in_stack && std::find(listed.begin(), listed.end(), level) != listed.end();
+    const bool top = was_listed || (in_stack && listed.size() < max_listed);
     if (in_stack && !top) {
       test_walk_counters.levels_kept_whole.fetch_add(1, std::memory_order_relaxed);
     }
@@ -5489,9 +5490,7 @@ void CompiledData::add_checked(const std::vector<uint32_t>& positions, uint32_t 
       (t.accepted ? into.accepted : into.refused).push_back(t.index);
     }
     if (!top) continue;
-    if (std::find(listed.begin(), listed.end(), level) == listed.end()) {
-      listed.push_back(static_cast<uint32_t>(level));
-    }
+    if (!was_listed) listed.push_back(static_cast<uint32_t>(level));
     top_frames_key(positions, level, ctx, e.key);
     keep_checked(std::move(e));
   }
