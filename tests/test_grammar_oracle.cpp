@@ -1046,6 +1046,52 @@ cell ::= [^|\n]{1,28})g",
   EXPECT_GT(unobserved, 0u);
 }
 
+// A repetition family's level takes its mask from a higher level's where few tokens are
+// longer than it (ContextClassifier::derive_level): the tokens of at most L code points
+// keep their answers, and the longer ones that the higher level does not refuse are
+// followed from the chain. A JSON string of at most 40 characters with escapes; runs of
+// spaces (long tokens on BPE vocabularies) of at most 60; an X of one or two code points;
+// code points of CJK text, which split into tokens with partial UTF-8 tails; a line that may
+// end after any character. Each walked with every level derived that has a level above it
+// (the limits on longer tokens lifted), and with the classifier's own limits.
+TEST_P(Oracle, DerivedLevelsMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"g(root ::= "\"" char{0,40} "\"" ("," [0-9]+)?
+char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g",
+       R"("A title with \"quotes\" and \u00e9, then more",12)"},
+      {R"g(root ::= "[" [ a-z]{0,60} "]")g", "[ab" + std::string(40, ' ') + "cd ef]"},
+      {R"g(root ::= ([a-z] [0-9]?){0,40} ";")g", "a1bc2d3efg4hij5klmn6opqrs7tuvwx8yz9abc;"},
+      {R"g(root ::= [^\x00-\x7F]{0,30} "!")g", "日本語のテキストと絵文字🎉も入る長い行です!"},
+      {R"g(root ::= line ("\n" line){0,2}
+line ::= [^\n]{1,50})g",
+       "The quick brown fox jumps over the lazy dog again.\nshort"}};
+  const uint64_t derived0 = detail::test_walk_counters.derived_levels.load();
+  WalkStats stats;
+  size_t text_steps = 0, text_tokens = 0;
+  uint64_t seed = 5151;
+  uint64_t forced_derived = 0;
+  for (size_t most : {size_t{1} << 30, SIZE_MAX}) {
+    ScopedHook<size_t> hook(detail::test_max_derived_long, most);
+    const uint64_t before = detail::test_walk_counters.derived_levels.load();
+    text_steps += walk_cases(fx, cases, 10, seed, stats, &text_tokens);
+    if (most != SIZE_MAX)
+      forced_derived = detail::test_walk_counters.derived_levels.load() - before;
+    seed += 100;
+  }
+  const uint64_t derived = detail::test_walk_counters.derived_levels.load() - derived0;
+  std::printf(
+      "[oracle] %s derived levels: %llu (%llu with the limits lifted), %zu text steps, "
+      "%zu random steps\n",
+      GetParam().c_str(), static_cast<unsigned long long>(derived),
+      static_cast<unsigned long long>(forced_derived), text_steps, stats.steps);
+  EXPECT_EQ(text_steps, text_tokens);
+  EXPECT_GT(forced_derived, 20u);
+  EXPECT_GT(derived, forced_derived);  // the classifier's own limits derive some too
+  EXPECT_GT(stats.steps, cases.size() * 20);
+}
+
 // Label walks: strings whose state is a small automaton over their characters (a hex
 // `pattern` with a length, as the JSON Schema converter writes it; a search pattern; a
 // marker inside `.{0,n}`; escapes inside a bounded string) are decided by label sequences

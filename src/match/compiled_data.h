@@ -368,6 +368,9 @@ struct SharedMasks {
   // Every text token with its number of full code points, longest first (see
   // tokens_by_length() in compiler.cpp): what a bounded run leaves out. Built on first use.
   std::vector<std::pair<uint32_t, Token>> tokens_by_length;  // guarded by mu
+  // [token]: its place in the trie's token order (UINT32_MAX: not a text token). Built with
+  // tokens_by_length.
+  std::vector<uint32_t> trie_rank;  // guarded by mu
   // [n]: a bitmask of the text tokens of at most n full code points (null: not built yet),
   // for the bounded covers of short runs. Built on first use.
   std::vector<std::unique_ptr<const std::vector<uint32_t>>> tokens_up_to;  // guarded by mu
@@ -425,6 +428,7 @@ struct WalkCounters {
   std::atomic<uint64_t> levels_kept_whole{0};   // levels past the list, kept under whole stacks
   std::atomic<uint64_t> settled_tokens{0};      // uncertain tokens every call site's returns take
   std::atomic<uint64_t> unobserved_family_walks{0};  // family levels that could not share
+  std::atomic<uint64_t> derived_levels{0};  // family levels' masks derived from a higher level's
   std::atomic<uint64_t> rules_signed_again{0};  // rules whose signature was made again to compare
   std::atomic<uint64_t> high_after_ascii{0};    // runs of code points >= 128 chosen by a lookahead
 };
@@ -438,6 +442,10 @@ inline std::atomic<size_t> test_deep_threshold{SIZE_MAX};
 // Tests only: the fewest uncertain tokens a context's returns settle (SIZE_MAX: the
 // classifier's own minimum; ContextClassifier::settle).
 inline std::atomic<size_t> test_min_settle{SIZE_MAX};
+// Tests only: the most tokens longer than a repetition family's level that may be walked
+// to derive its mask from a higher level's (SIZE_MAX: the classifier's own limit; 0: never
+// derived; ContextClassifier::derive_level).
+inline std::atomic<size_t> test_max_derived_long{SIZE_MAX};
 // Tests only: the most levels of shared checks listed per context (SIZE_MAX: the default,
 // CompiledData::kMaxCheckedFrames).
 inline std::atomic<size_t> test_max_checked_levels{SIZE_MAX};

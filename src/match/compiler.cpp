@@ -1938,12 +1938,44 @@ struct Classifier {
         for (size_t k = 0; k < tt.size(); ++k) v[start[len[k]]++] = {len[k], tt[k].id};
         shared.bytes += v.size() * sizeof(v[0]);
         shared.tokens_by_length = std::move(v);
+        shared.trie_rank.assign(tokens.n_vocab(), UINT32_MAX);
+        for (size_t k = 0; k < tt.size(); ++k) {
+          shared.trie_rank[static_cast<size_t>(tt[k].id)] = static_cast<uint32_t>(k);
+        }
+        shared.bytes += shared.trie_rank.size() * 4;
       }
       by_length_ = &shared.tokens_by_length;
+      trie_rank_ = &shared.trie_rank;
     }
     return *by_length_;
   }
   const std::vector<std::pair<uint32_t, Token>>* by_length_ = nullptr;
+  const std::vector<uint32_t>* trie_rank_ = nullptr;
+  // [token]: its place in trie order (SharedMasks::trie_rank).
+  const std::vector<uint32_t>& trie_rank() {
+    tokens_by_length();
+    return *trie_rank_;
+  }
+  // The text tokens of more than n full code points that `among` (a bitmask over the
+  // vocabulary) holds, in trie order, into *out: false (and *out unspecified) where more
+  // than `scan` tokens are that long, or more than `most` of them are held.
+  bool tokens_longer(uint32_t n, const std::vector<uint32_t>& among, size_t scan, size_t most,
+                     std::vector<Token>* out) {
+    const auto& by_len = tokens_by_length();
+    const auto end = first_up_to(by_len, n);
+    if (static_cast<size_t>(end - by_len.begin()) > scan) return false;
+    out->clear();
+    for (auto it = by_len.begin(); it != end; ++it) {
+      if (!bitmask_test(among.data(), it->second)) continue;
+      if (out->size() == most) return false;
+      out->push_back(it->second);
+    }
+    const std::vector<uint32_t>& rank = *trie_rank_;
+    std::sort(out->begin(), out->end(), [&](Token a, Token b) {
+      return rank[static_cast<size_t>(a)] < rank[static_cast<size_t>(b)];
+    });
+    return true;
+  }
 
   // The cover's bitmask: the class tokens less those under cover_clear.
   void cover_into(std::vector<uint32_t>& bits) const {
@@ -4466,11 +4498,20 @@ class ContextClassifier {
     // stops, quiet and tolerant takes): the last characters of a `[^\n]{1,40}` line on qwen2,
     // whose longest tokens reach the base from any level, took 0.3-0.9 ms a context
     // observed (each level observed anew: nothing was kept to say it fails), 0.15 ms not.
+    // Its mask is derived from a higher level's where it can be (derive_level; not in
+    // place of an observed walk, which may serve many levels at once).
     if (below || flevel_ <= walks.failed_level) {
+      if (std::shared_ptr<const ContextMask> cm =
+              derive_level(walks.levels, positions, after, fresh)) {
+        walks.levels.emplace(flevel_, cm);
+        return cm;
+      }
       test_walk_counters.unobserved_family_walks.fetch_add(1, std::memory_order_relaxed);
       std::unique_ptr<ContextMask> walked = classify(positions, after);
       if (past_cap(*walked)) return nullptr;
-      return same_mask(std::move(walked), fresh);
+      std::shared_ptr<const ContextMask> cm = same_mask(std::move(walked), fresh);
+      walks.levels.emplace(flevel_, cm);
+      return cm;
     }
     struct Observe {
       Classifier& c;
@@ -4489,6 +4530,7 @@ class ContextClassifier {
     }
     if (past_cap(*walked)) return nullptr;
     std::shared_ptr<const ContextMask> cm = same_mask(std::move(walked), fresh);
+    walks.levels.emplace(flevel_, cm);
     // Levels entered: L down to low - 1, all above the base when low >= 3.
     if (low >= Classifier::kMinSharedLow) {
       walks.shared.emplace_back(flevel_ - (low - 1), cm);
@@ -4498,6 +4540,77 @@ class ContextClassifier {
     return cm;
   }
   uint32_t flevel_ = 0, fbase_ = 0;
+
+  // A level's mask from the mask of the nearest level above it of the same key. The chain
+  // at level L takes at most L more X's where the one at level L' > L takes L', and
+  // otherwise the two are alike (r_j ::= X r_{j-1} | "": each level's strings are the next
+  // one's with at most j X's). So a token that L' refuses, L refuses. And a token of at
+  // most L code points (a partial UTF-8 tail counted as one) never needs more than L X's,
+  // even at level L' (an X that takes none of its code points can be left out): its
+  // answer at L' holds at L. Only the longer tokens that L' does not refuse are followed
+  // from the chain itself (classify_list): a few dozen, where a walk visits the whole
+  // class. The title of a schema (`char{0,60}`) on qwen2, whose longest tokens reach the
+  // family's base from any level, walked each level afresh, 90-140 us a mask.
+  // Null where no level above has a mask, or where more than kMaxDerivedScan tokens are
+  // longer than L - 1 code points (the low levels), or more than kMaxDerivedLong of those
+  // are to be followed.
+  static constexpr size_t kMaxDerivedScan = 16384, kMaxDerivedLong = 512;
+  using LevelMasks = std::map<uint32_t, std::shared_ptr<const ContextMask>>;  // by level
+  std::shared_ptr<const ContextMask> derive_level(const LevelMasks& levels,
+                                                  const std::vector<uint32_t>& positions,
+                                                  uint32_t after, bool* fresh) {
+    const auto above = levels.upper_bound(flevel_);
+    if (above == levels.end()) return nullptr;
+    const ContextMask* hi = above->second.get();
+    const size_t forced = detail::test_max_derived_long.load(std::memory_order_relaxed);
+    const size_t most = forced != SIZE_MAX ? forced : kMaxDerivedLong;
+    if (most == 0) return nullptr;
+    const size_t n_vocab = d_.tokens->n_vocab();
+    // What L' does not refuse.
+    std::vector<uint32_t>& taken = derive_taken_;
+    if (!hi->accepted_bits.empty()) {
+      taken = hi->accepted_bits;
+    } else {
+      taken.assign(bitmask_words(n_vocab), 0);
+      for (Token t : hi->accepted_ids) bitmask_set(taken.data(), t);
+    }
+    for (Token t : hi->uncertain_ids) bitmask_set(taken.data(), t);
+    std::vector<Token>& longer = derive_longer_;
+    const size_t scan = forced != SIZE_MAX ? n_vocab : kMaxDerivedScan;
+    if (!cl_.tokens_longer(flevel_ - 1, taken, scan, most, &longer)) return nullptr;
+    const std::vector<uint32_t>* shorter = cl_.tokens_up_to(flevel_ - 1);
+    if (shorter == nullptr) return nullptr;
+    cl_.after_end = after;
+    cl_.classify_list(walk_stack(positions), longer);
+    auto out = std::make_unique<ContextMask>();
+    const auto is_short = [&](Token t) { return bitmask_test(shorter->data(), t); };
+    if (!hi->accepted_bits.empty()) {
+      out->accepted_bits = hi->accepted_bits;
+      for (size_t w = 0; w < out->accepted_bits.size(); ++w) out->accepted_bits[w] &= (*shorter)[w];
+      for (Token t : cl_.accepted) bitmask_set(out->accepted_bits.data(), t);
+    } else {
+      for (Token t : hi->accepted_ids) {
+        if (is_short(t)) out->accepted_ids.push_back(t);
+      }
+      out->accepted_ids.insert(out->accepted_ids.end(), cl_.accepted.begin(), cl_.accepted.end());
+    }
+    // Both lists in trie order, merged so (the run-time check reuses shared prefixes).
+    const std::vector<uint32_t>& rank = cl_.trie_rank();
+    std::vector<Token> kept;
+    for (Token t : hi->uncertain_ids) {
+      if (is_short(t)) kept.push_back(t);
+    }
+    out->uncertain_ids.resize(kept.size() + cl_.uncertain.size());
+    std::merge(kept.begin(), kept.end(), cl_.uncertain.begin(), cl_.uncertain.end(),
+               out->uncertain_ids.begin(), [&](Token a, Token b) {
+                 return rank[static_cast<size_t>(a)] < rank[static_cast<size_t>(b)];
+               });
+    if (past_cap(*out)) return nullptr;
+    test_walk_counters.derived_levels.fetch_add(1, std::memory_order_relaxed);
+    return same_mask(std::move(out), fresh);
+  }
+  std::vector<uint32_t> derive_taken_{};
+  std::vector<Token> derive_longer_{};
 
   // Walks that stop past `cap` uncertain tokens, and in which (`leave`) leaving the context
   // makes every longer token uncertain; the mode before is restored on every way out
@@ -4560,6 +4673,7 @@ class ContextClassifier {
   struct FamilyWalks {
     std::vector<std::pair<uint32_t, std::shared_ptr<const ContextMask>>> shared;
     uint32_t failed_level = 0;
+    LevelMasks levels;  // every level's mask computed so far (derive_level)
   };
   std::map<std::vector<uint32_t>, FamilyWalks> families_;
 
