@@ -1052,8 +1052,10 @@ cell ::= [^|\n]{1,28})g",
 // followed from the chain. A JSON string of at most 40 characters with escapes; runs of
 // spaces (long tokens on BPE vocabularies) of at most 60; an X of one or two code points;
 // code points of CJK text, which split into tokens with partial UTF-8 tails; a line that may
-// end after any character. Each walked with every level derived that has a level above it
-// (the limits on longer tokens lifted), and with the classifier's own limits.
+// end after any character, inside a repetition of lines (a key with the other family's
+// reference kept exact); a table's cells (levels of prefix masks). Each walked with every level
+// derived that has a level above it (the limits on longer tokens lifted), and with the classifier's
+// own limits.
 TEST_P(Oracle, DerivedLevelsMasksEqual) {
   VocabFixture& fx = vocab_for(GetParam());
   ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
@@ -1066,7 +1068,11 @@ char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g",
       {R"g(root ::= [^\x00-\x7F]{0,30} "!")g", "日本語のテキストと絵文字🎉も入る長い行です!"},
       {R"g(root ::= line ("\n" line){0,2}
 line ::= [^\n]{1,50})g",
-       "The quick brown fox jumps over the lazy dog again.\nshort"}};
+       "The quick brown fox jumps over the lazy dog again.\nshort"},
+      {R"g(root ::= row{1,10}
+row ::= "|" (cell "|"){2,6} "\n"
+cell ::= [^|\n]{1,30})g",
+       "| A rather long first cell | 2 | x |\n|---|---|\n| Zürich 🇨🇭 | ok |\n"}};
   const uint64_t derived0 = detail::test_walk_counters.derived_levels.load();
   WalkStats stats;
   size_t text_steps = 0, text_tokens = 0;

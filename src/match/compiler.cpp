@@ -4354,12 +4354,24 @@ class ContextClassifier {
       cm = *known;
     } else {
       *fresh = true;
-      if (std::vector<uint32_t> fkey; family_key(chain_pos_, &fkey)) {
+      std::vector<uint32_t> fkey;
+      if (family_key(chain_pos_, &fkey)) {
         push_after_key(fkey, key_after);
         cm = family_chain(chain_pos_, std::move(fkey), after, fresh);
       } else {
-        std::unique_ptr<ContextMask> walked = compute_chain(after);
+        // A level of a large family beside references to other families: no observed
+        // walk (its sharing was little, and it goes without root stops), but derived
+        // from a higher level's mask where it can be.
+        LevelMasks* levels = nullptr;
+        uint32_t level = 0;
+        if (family_key(chain_pos_, &fkey, true)) {
+          push_after_key(fkey, key_after);
+          levels = &families_[std::move(fkey)].levels;
+          level = flevel_;
+        }
+        std::unique_ptr<ContextMask> walked = compute_chain(after, levels, level);
         if (!past_cap(*walked)) cm = same_mask(std::move(walked), fresh);
+        if (levels != nullptr && cm != nullptr) levels->emplace(level, cm);
       }
       chains_.add(std::move(ckey), cm);
     }
@@ -4501,13 +4513,11 @@ class ContextClassifier {
     // Its mask is derived from a higher level's where it can be (derive_level; not in
     // place of an observed walk, which may serve many levels at once).
     if (below || flevel_ <= walks.failed_level) {
-      if (std::shared_ptr<const ContextMask> cm =
-              derive_level(walks.levels, positions, after, fresh)) {
-        walks.levels.emplace(flevel_, cm);
-        return cm;
+      std::unique_ptr<ContextMask> walked = derive_level(walks.levels, flevel_, positions, after);
+      if (walked == nullptr) {
+        test_walk_counters.unobserved_family_walks.fetch_add(1, std::memory_order_relaxed);
+        walked = classify(positions, after);
       }
-      test_walk_counters.unobserved_family_walks.fetch_add(1, std::memory_order_relaxed);
-      std::unique_ptr<ContextMask> walked = classify(positions, after);
       if (past_cap(*walked)) return nullptr;
       std::shared_ptr<const ContextMask> cm = same_mask(std::move(walked), fresh);
       walks.levels.emplace(flevel_, cm);
@@ -4556,10 +4566,10 @@ class ContextClassifier {
   // are to be followed.
   static constexpr size_t kMaxDerivedScan = 16384, kMaxDerivedLong = 512;
   using LevelMasks = std::map<uint32_t, std::shared_ptr<const ContextMask>>;  // by level
-  std::shared_ptr<const ContextMask> derive_level(const LevelMasks& levels,
-                                                  const std::vector<uint32_t>& positions,
-                                                  uint32_t after, bool* fresh) {
-    const auto above = levels.upper_bound(flevel_);
+  std::unique_ptr<ContextMask> derive_level(const LevelMasks& levels, uint32_t level,
+                                            const std::vector<uint32_t>& positions,
+                                            uint32_t after) {
+    const auto above = levels.upper_bound(level);
     if (above == levels.end()) return nullptr;
     const ContextMask* hi = above->second.get();
     const size_t forced = detail::test_max_derived_long.load(std::memory_order_relaxed);
@@ -4577,8 +4587,8 @@ class ContextClassifier {
     for (Token t : hi->uncertain_ids) bitmask_set(taken.data(), t);
     std::vector<Token>& longer = derive_longer_;
     const size_t scan = forced != SIZE_MAX ? n_vocab : kMaxDerivedScan;
-    if (!cl_.tokens_longer(flevel_ - 1, taken, scan, most, &longer)) return nullptr;
-    const std::vector<uint32_t>* shorter = cl_.tokens_up_to(flevel_ - 1);
+    if (!cl_.tokens_longer(level - 1, taken, scan, most, &longer)) return nullptr;
+    const std::vector<uint32_t>* shorter = cl_.tokens_up_to(level - 1);
     if (shorter == nullptr) return nullptr;
     cl_.after_end = after;
     cl_.classify_list(walk_stack(positions), longer);
@@ -4607,7 +4617,7 @@ class ContextClassifier {
                });
     if (past_cap(*out)) return nullptr;
     test_walk_counters.derived_levels.fetch_add(1, std::memory_order_relaxed);
-    return same_mask(std::move(out), fresh);
+    return out;
   }
   std::vector<uint32_t> derive_taken_{};
   std::vector<Token> derive_longer_{};
@@ -4678,7 +4688,10 @@ class ContextClassifier {
   std::map<std::vector<uint32_t>, FamilyWalks> families_;
 
   // The mask of the chain in chain_pos_, from a prefix's mask or by a walk of the chain.
-  std::unique_ptr<ContextMask> compute_chain(uint32_t after) {
+  // Where no prefix serves, a chain at `level` of a large family is derived from the
+  // masks of its key's higher levels (`levels`, when not null; derive_level).
+  std::unique_ptr<ContextMask> compute_chain(uint32_t after, const LevelMasks* levels = nullptr,
+                                             uint32_t level = 0) {
     // Many chains share their top frames (a string's characters inside every property that
     // holds a string): the tokens decided by the top frames alone are classified once per
     // such prefix, and only the few that leave it are followed through the whole chain.
@@ -4696,6 +4709,10 @@ class ContextClassifier {
       }
     }
     if (tries > 0) ++prefix_failed_;
+    if (levels != nullptr) {
+      if (std::unique_ptr<ContextMask> cm = derive_level(*levels, level, chain_pos_, after))
+        return cm;
+    }
     return classify(chain_pos_, after);
   }
 
@@ -4884,9 +4901,22 @@ class ContextClassifier {
     std::shared_ptr<const ContextMask> sm;
     {
       WalkMode mode(cl_, d_.tokens->n_vocab() / 32, true);
-      std::unique_ptr<ContextMask> cm = classify(key, 0);
+      // A prefix at a level of a large family: derived from its higher levels' where it
+      // can be (the cells of a table row, `(cell "|"){2,6}`, each level's prefix composed
+      // into every row and column).
+      LevelMasks* levels = nullptr;
+      uint32_t level = 0;
+      std::unique_ptr<ContextMask> cm;
+      if (std::vector<uint32_t> fkey; family_key(key, &fkey, true)) {
+        fkey.push_back(kPrefixMarker);
+        levels = &families_[std::move(fkey)].levels;
+        level = flevel_;
+        cm = derive_level(*levels, level, key, 0);
+      }
+      if (cm == nullptr) cm = classify(key, 0);
       // Too many tokens leave the prefix for it to be worth it: remembered as unusable.
       if (!cl_.over_cap) sm = std::move(cm);
+      if (levels != nullptr && sm != nullptr) levels->emplace(level, sm);
     }
     if (!skey.empty()) {
       std::lock_guard<std::mutex> lock(shared.mu);
@@ -5425,24 +5455,52 @@ class ContextClassifier {
       }
       fam_size_[base] = std::max(fam_size_[base], base_level);
     }
+    // Per element: whether it or one after it in its alternative refers to a member of a
+    // large family at a high level (family_key's `large` keys, looked for only there).
+    const size_t ne = g.elems.size();
+    large_ref_after_.assign(ne + 1, 0);
+    for (size_t p = ne; p-- > 0;) {
+      const Elem& e = g.elems[p];
+      if (e.kind == detail::kEnd) continue;
+      const bool large = e.kind == detail::kRef && fam_level_[e.arg] >= kMinFamilyLevel &&
+                         fam_size_[fam_base_[e.arg]] >= kMinFamilySize;
+      large_ref_after_[p] = large || large_ref_after_[p + 1];
+    }
   }
+  std::vector<uint8_t> large_ref_after_;
 
   // The key of a chain (or stack) with its one direct reference to a family member above
   // the base abstracted to the family (the member's level in flevel_, its base in fbase_):
   // false when the rests of its positions refer to no such member or to more than one.
-  bool family_key(const std::vector<uint32_t>& positions, std::vector<uint32_t>* key) {
+  // With `large`, the key for derive_level alone: the one reference to a member of a large
+  // family at a high level (kMinFamilySize, kMinFamilyLevel) abstracted, references to any
+  // other member kept exact (a line's level inside each level of `("\n" line){0,8}`).
+  bool family_key(const std::vector<uint32_t>& positions, std::vector<uint32_t>* key,
+                  bool large = false) {
     const GrammarTables& g = d_.g;
     if (pos_class_.empty()) compute_classes();
     key->clear();
+    if (large) {
+      if (std::none_of(positions.begin(), positions.end(),
+                       [&](uint32_t p) { return large_ref_after_[p] != 0; })) {
+        return false;
+      }
+      key->push_back(kLargeFamilyMarker);
+    }
     int found = 0;
     uint32_t* level = &flevel_;
     uint32_t* base = &fbase_;
+    const auto abstracted = [&](uint32_t r) {
+      if (fam_level_[r] < 2) return false;
+      return !large ||
+             (fam_level_[r] >= kMinFamilyLevel && fam_size_[fam_base_[r]] >= kMinFamilySize);
+    };
     for (uint32_t p0 : positions) {
       for (uint32_t p = p0;; ++p) {
         const Elem& e = g.elems[p];
         key->push_back(e.kind);
         if (e.kind == detail::kEnd) break;
-        if (e.kind == detail::kRef && fam_level_[e.arg] >= 2) {
+        if (e.kind == detail::kRef && abstracted(e.arg)) {
           if (++found > 1) return false;
           *level = fam_level_[e.arg];
           *base = fam_base_[e.arg];
@@ -5458,6 +5516,7 @@ class ContextClassifier {
     return found == 1 && flevel_ >= kMinFamilyLevel && fam_size_[fbase_] >= kMinFamilySize;
   }
   static constexpr uint32_t kMinFamilyLevel = 8, kMinFamilySize = 24;
+  static constexpr uint32_t kLargeFamilyMarker = 0xFFFFFFFCu, kPrefixMarker = 0xFFFFFFFBu;
 };
 
 CompiledData::CompiledData() = default;
