@@ -443,8 +443,9 @@ inline std::atomic<size_t> test_deep_threshold{SIZE_MAX};
 // classifier's own minimum; ContextClassifier::settle).
 inline std::atomic<size_t> test_min_settle{SIZE_MAX};
 // Tests only: the most tokens longer than a repetition family's level that may be walked
-// to derive its mask from a higher level's (SIZE_MAX: the classifier's own limit; 0: never
-// derived; ContextClassifier::derive_level).
+// to derive its mask from a higher level's (SIZE_MAX: the classifier's own limits; 0: never
+// derived; any other value also lifts the limit on the longer tokens looked at;
+// ContextClassifier::derive_level).
 inline std::atomic<size_t> test_max_derived_long{SIZE_MAX};
 // Tests only: the most levels of shared checks listed per context (SIZE_MAX: the default,
 // CompiledData::kMaxCheckedFrames).
