@@ -1951,10 +1951,12 @@ struct Classifier {
   }
   const std::vector<std::pair<uint32_t, Token>>* by_length_ = nullptr;
   const std::vector<uint32_t>* trie_rank_ = nullptr;
-  // [token]: its place in trie order (SharedMasks::trie_rank).
-  const std::vector<uint32_t>& trie_rank() {
+  // A comparison of two text tokens by their place in trie order (SharedMasks::trie_rank).
+  auto trie_order() {
     tokens_by_length();
-    return *trie_rank_;
+    return [rank = trie_rank_](Token a, Token b) {
+      return (*rank)[static_cast<size_t>(a)] < (*rank)[static_cast<size_t>(b)];
+    };
   }
   // The text tokens of more than n full code points that `among` (a bitmask over the
   // vocabulary) holds, in trie order, into *out: false (and *out unspecified) where more
@@ -1970,10 +1972,7 @@ struct Classifier {
       if (out->size() == most) return false;
       out->push_back(it->second);
     }
-    const std::vector<uint32_t>& rank = *trie_rank_;
-    std::sort(out->begin(), out->end(), [&](Token a, Token b) {
-      return rank[static_cast<size_t>(a)] < rank[static_cast<size_t>(b)];
-    });
+    std::sort(out->begin(), out->end(), trie_order());
     return true;
   }
 
@@ -4592,29 +4591,26 @@ class ContextClassifier {
     if (shorter == nullptr) return nullptr;
     cl_.after_end = after;
     cl_.classify_list(walk_stack(positions), longer);
-    auto out = std::make_unique<ContextMask>();
-    const auto is_short = [&](Token t) { return bitmask_test(shorter->data(), t); };
-    if (!hi->accepted_bits.empty()) {
-      out->accepted_bits = hi->accepted_bits;
-      for (size_t w = 0; w < out->accepted_bits.size(); ++w) out->accepted_bits[w] &= (*shorter)[w];
-      for (Token t : cl_.accepted) bitmask_set(out->accepted_bits.data(), t);
-    } else {
-      for (Token t : hi->accepted_ids) {
-        if (is_short(t)) out->accepted_ids.push_back(t);
+    // The higher level's answers for the shorter tokens, then the longer tokens' own.
+    ContextMask kept;
+    const auto keep_short = [&](const std::vector<Token>& from, std::vector<Token>& to) {
+      for (Token t : from) {
+        if (bitmask_test(shorter->data(), t)) to.push_back(t);
       }
-      out->accepted_ids.insert(out->accepted_ids.end(), cl_.accepted.begin(), cl_.accepted.end());
+    };
+    if (!hi->accepted_bits.empty()) {
+      kept.accepted_bits = hi->accepted_bits;
+      for (size_t w = 0; w < kept.accepted_bits.size(); ++w) kept.accepted_bits[w] &= (*shorter)[w];
+    } else {
+      keep_short(hi->accepted_ids, kept.accepted_ids);
     }
+    keep_short(hi->uncertain_ids, kept.uncertain_ids);
+    auto out = std::make_unique<ContextMask>();
+    accept_more(kept, cl_.accepted, *out);
     // Both lists in trie order, merged so (the run-time check reuses shared prefixes).
-    const std::vector<uint32_t>& rank = cl_.trie_rank();
-    std::vector<Token> kept;
-    for (Token t : hi->uncertain_ids) {
-      if (is_short(t)) kept.push_back(t);
-    }
-    out->uncertain_ids.resize(kept.size() + cl_.uncertain.size());
-    std::merge(kept.begin(), kept.end(), cl_.uncertain.begin(), cl_.uncertain.end(),
-               out->uncertain_ids.begin(), [&](Token a, Token b) {
-                 return rank[static_cast<size_t>(a)] < rank[static_cast<size_t>(b)];
-               });
+    out->uncertain_ids.resize(kept.uncertain_ids.size() + cl_.uncertain.size());
+    std::merge(kept.uncertain_ids.begin(), kept.uncertain_ids.end(), cl_.uncertain.begin(),
+               cl_.uncertain.end(), out->uncertain_ids.begin(), cl_.trie_order());
     if (past_cap(*out)) return nullptr;
     test_walk_counters.derived_levels.fetch_add(1, std::memory_order_relaxed);
     return out;
