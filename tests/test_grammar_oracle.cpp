@@ -1096,6 +1096,24 @@ cell ::= [^|\n]{1,30})g",
   EXPECT_GT(forced_derived, 20u);
   EXPECT_GT(derived, forced_derived);  // the classifier's own limits derive some too
   EXPECT_GT(stats.steps, cases.size() * 20);
+  // Small families (json.gbnf's digits and whitespace): levels of 16 and 20 members, whose
+  // masks are lists of a few hundred tokens, derived from those lists under the classifier's
+  // own limits. The text reaches their low levels (a number of 16 digits, runs of 18 spaces
+  // and 19 tabs), where a level's answers differ from the one above for the longest tokens.
+  const std::vector<std::pair<std::string, std::string>> small = {
+      {R"g(root ::= "[" ws num (ws "," ws num)* ws "]"
+num ::= "-"? [1-9] [0-9]{0,15} ("." [0-9]+)?
+ws ::= "" | " " | "\n" [ \t]{0,20})g",
+       "[12345678901234,\n" + std::string(18, ' ') + "42,\n" + std::string(19, '\t') +
+           "-7.5,\n   123456789012345 ]"}};
+  const uint64_t small0 = detail::test_walk_counters.derived_levels.load();
+  text_steps = text_tokens = 0;
+  text_steps += walk_cases(fx, small, 12, seed, stats, &text_tokens);
+  const uint64_t small_derived = detail::test_walk_counters.derived_levels.load() - small0;
+  std::printf("[oracle] %s small families: %llu derived levels\n", GetParam().c_str(),
+              static_cast<unsigned long long>(small_derived));
+  EXPECT_EQ(text_steps, text_tokens);
+  EXPECT_GT(small_derived, 20u);
 }
 
 // Label walks: strings whose state is a small automaton over their characters (a hex

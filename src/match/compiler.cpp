@@ -1975,6 +1975,12 @@ struct Classifier {
     std::sort(out->begin(), out->end(), trie_order());
     return true;
   }
+  // The full code points of text token t (a partial UTF-8 tail not counted).
+  size_t full_cps(Token t) const {
+    size_t n;
+    tokens.code_points(t, &n);
+    return n;
+  }
 
   // The cover's bitmask: the class tokens less those under cover_clear.
   void cover_into(std::vector<uint32_t>& bits) const {
@@ -4358,9 +4364,9 @@ class ContextClassifier {
         push_after_key(fkey, key_after);
         cm = family_chain(chain_pos_, std::move(fkey), after, fresh);
       } else {
-        // A level of a large family beside references to other families: no observed
-        // walk (its sharing was little, and it goes without root stops), but derived
-        // from a higher level's mask where it can be.
+        // A level of a large family beside references to other families, or of a small
+        // family: no observed walk (its sharing was little, and it goes without root
+        // stops), but derived from a higher level's mask where it can be.
         LevelMasks* levels = nullptr;
         uint32_t level = 0;
         if (family_key(chain_pos_, &fkey, true)) {
@@ -4560,9 +4566,9 @@ class ContextClassifier {
   // from the chain itself (classify_list): a few dozen, where a walk visits the whole
   // class. The title of a schema (`char{0,60}`) on qwen2, whose longest tokens reach the
   // family's base from any level, walked each level afresh, 90-140 us a mask.
-  // Null where no level above has a mask, or where more than kMaxDerivedScan tokens are
-  // longer than L - 1 code points (the low levels), or more than kMaxDerivedLong of those
-  // are to be followed.
+  // Null where no level above has a mask, or where L' takes a bitmask and more than
+  // kMaxDerivedScan tokens are longer than L - 1 code points (the low levels of a broad
+  // class), or more than kMaxDerivedLong tokens are to be followed.
   static constexpr size_t kMaxDerivedScan = 16384, kMaxDerivedLong = 512;
   using LevelMasks = std::map<uint32_t, std::shared_ptr<const ContextMask>>;  // by level
   std::unique_ptr<ContextMask> derive_level(const LevelMasks& levels, uint32_t level,
@@ -4574,37 +4580,49 @@ class ContextClassifier {
     const size_t forced = detail::test_max_derived_long.load(std::memory_order_relaxed);
     const size_t most = forced != SIZE_MAX ? forced : kMaxDerivedLong;
     if (most == 0) return nullptr;
-    const size_t n_vocab = d_.tokens->n_vocab();
-    // What L' does not refuse.
-    std::vector<uint32_t>& taken = derive_taken_;
-    if (!hi->accepted_bits.empty()) {
-      taken = hi->accepted_bits;
-    } else {
-      taken.assign(bitmask_words(n_vocab), 0);
-      for (Token t : hi->accepted_ids) bitmask_set(taken.data(), t);
-    }
-    for (Token t : hi->uncertain_ids) bitmask_set(taken.data(), t);
-    std::vector<Token>& longer = derive_longer_;
-    const size_t scan = forced != SIZE_MAX ? n_vocab : kMaxDerivedScan;
-    if (!cl_.tokens_longer(level - 1, taken, scan, most, &longer)) return nullptr;
-    const std::vector<uint32_t>* shorter = cl_.tokens_up_to(level - 1);
-    if (shorter == nullptr) return nullptr;
-    cl_.after_end = after;
-    cl_.classify_list(walk_stack(positions), longer);
-    // The higher level's answers for the shorter tokens, then the longer tokens' own.
+    const uint32_t n = level - 1;  // the code points of a token whose answer L' gives
+    // The higher level's answers for the tokens of at most n code points (kept), and the
+    // longer tokens it does not refuse, to be followed from the chain itself.
     ContextMask kept;
-    const auto keep_short = [&](const std::vector<Token>& from, std::vector<Token>& to) {
+    std::vector<Token>& longer = derive_longer_;
+    longer.clear();
+    bool over = false;
+    const auto split = [&](const std::vector<Token>& from, std::vector<Token>& short_to,
+                           bool long_too) {
       for (Token t : from) {
-        if (bitmask_test(shorter->data(), t)) to.push_back(t);
+        if (cl_.full_cps(t) <= n) {
+          short_to.push_back(t);
+        } else if (!long_too) {
+          continue;
+        } else if (longer.size() == most) {
+          over = true;
+          return;
+        } else {
+          longer.push_back(t);
+        }
       }
     };
     if (!hi->accepted_bits.empty()) {
+      std::vector<uint32_t>& taken = derive_taken_;
+      taken = hi->accepted_bits;
+      for (Token t : hi->uncertain_ids) bitmask_set(taken.data(), t);
+      const size_t scan = forced != SIZE_MAX ? d_.tokens->n_vocab() : kMaxDerivedScan;
+      if (!cl_.tokens_longer(n, taken, scan, most, &longer)) return nullptr;
+      const std::vector<uint32_t>* shorter = cl_.tokens_up_to(n);
+      if (shorter == nullptr) return nullptr;
       kept.accepted_bits = hi->accepted_bits;
       for (size_t w = 0; w < kept.accepted_bits.size(); ++w) kept.accepted_bits[w] &= (*shorter)[w];
+      split(hi->uncertain_ids, kept.uncertain_ids, false);  // (the longer ones are in `longer`)
     } else {
-      keep_short(hi->accepted_ids, kept.accepted_ids);
+      // Lists: read as they are (a few hundred tokens at the low levels of a family of
+      // digits or spaces, where a bitmask of what L' takes cost more than their walk).
+      split(hi->accepted_ids, kept.accepted_ids, true);
+      split(hi->uncertain_ids, kept.uncertain_ids, true);
+      if (over) return nullptr;
+      std::sort(longer.begin(), longer.end(), cl_.trie_order());
     }
-    keep_short(hi->uncertain_ids, kept.uncertain_ids);
+    cl_.after_end = after;
+    cl_.classify_list(walk_stack(positions), longer);
     auto out = std::make_unique<ContextMask>();
     accept_more(kept, cl_.accepted, *out);
     // Both lists in trie order, merged so (the run-time check reuses shared prefixes).
@@ -4684,7 +4702,7 @@ class ContextClassifier {
   std::map<std::vector<uint32_t>, FamilyWalks> families_;
 
   // The mask of the chain in chain_pos_, from a prefix's mask or by a walk of the chain.
-  // Where no prefix serves, a chain at `level` of a large family is derived from the
+  // Where no prefix serves, a chain at `level` of a family is derived from the
   // masks of its key's higher levels (`levels`, when not null; derive_level).
   std::unique_ptr<ContextMask> compute_chain(uint32_t after, const LevelMasks* levels = nullptr,
                                              uint32_t level = 0) {
@@ -4897,7 +4915,7 @@ class ContextClassifier {
     std::shared_ptr<const ContextMask> sm;
     {
       WalkMode mode(cl_, d_.tokens->n_vocab() / 32, true);
-      // A prefix at a level of a large family: derived from its higher levels' where it
+      // A prefix at a level of a family: derived from its higher levels' where it
       // can be (the cells of a table row, `(cell "|"){2,6}`, each level's prefix composed
       // into every row and column).
       LevelMasks* levels = nullptr;
@@ -5451,53 +5469,82 @@ class ContextClassifier {
       }
       fam_size_[base] = std::max(fam_size_[base], base_level);
     }
-    // Per element: whether it or one after it in its alternative refers to a member of a
-    // large family at a high level (family_key's `large` keys, looked for only there).
+    // Per element: whether the rest of its alternative refers to a member of a large family
+    // at a high level, or to the next level of its own family (family_key's derivation
+    // keys, looked for only there).
     const size_t ne = g.elems.size();
-    large_ref_after_.assign(ne + 1, 0);
+    ref_after_.assign(ne + 1, 0);
     for (size_t p = ne; p-- > 0;) {
       const Elem& e = g.elems[p];
       if (e.kind == detail::kEnd) continue;
       const bool large = e.kind == detail::kRef && fam_level_[e.arg] >= kMinFamilyLevel &&
                          fam_size_[fam_base_[e.arg]] >= kMinFamilySize;
-      large_ref_after_[p] = large || large_ref_after_[p + 1];
+      ref_after_[p] = large || next_level_ref(p, e) || ref_after_[p + 1];
     }
   }
-  std::vector<uint8_t> large_ref_after_;
+  std::vector<uint8_t> ref_after_;
+  // Whether element e at position p is a family member's reference to the next level down
+  // (r_j ::= X r_{j-1}, j > 2: not to the base).
+  bool next_level_ref(uint32_t p, const Elem& e) const {
+    if (e.kind != detail::kRef || fam_level_[e.arg] < 2) return false;
+    const uint32_t r = d_.g.elem_rule[p];
+    return fam_level_[r] >= 2 && fam_base_[r] == fam_base_[e.arg];
+  }
 
   // The key of a chain (or stack) with its one direct reference to a family member above
   // the base abstracted to the family (the member's level in flevel_, its base in fbase_):
   // false when the rests of its positions refer to no such member or to more than one.
-  // With `large`, the key for derive_level alone: the one reference to a member of a large
+  // With `derive`, the key for derive_level alone: the one reference to a member of a large
   // family at a high level (kMinFamilySize, kMinFamilyLevel) abstracted, references to any
-  // other member kept exact (a line's level inside each level of `("\n" line){0,8}`).
+  // other member kept exact (a line's level inside each level of `("\n" line){0,8}`); where
+  // the rests refer to no such member, the first family member's reference to its next
+  // level, of a family of any size (the levels of json.gbnf's `[ \t]{0,20}` and
+  // `[0-9]{0,15}`, each walked anew: half of its eager compile). (A reference from outside a
+  // family is to its top level, which has no level above it to derive from.)
   bool family_key(const std::vector<uint32_t>& positions, std::vector<uint32_t>* key,
-                  bool large = false) {
-    const GrammarTables& g = d_.g;
+                  bool derive = false) {
     if (pos_class_.empty()) compute_classes();
-    key->clear();
-    if (large) {
-      if (std::none_of(positions.begin(), positions.end(),
-                       [&](uint32_t p) { return large_ref_after_[p] != 0; })) {
-        return false;
-      }
-      key->push_back(kLargeFamilyMarker);
+    if (!derive) return abstract_family(positions, key, kAbstractLarge, false);
+    if (std::none_of(positions.begin(), positions.end(),
+                     [&](uint32_t p) { return ref_after_[p] != 0; })) {
+      return false;
     }
+    int found = 0;
+    if (abstract_family(positions, key, kAbstractLargeOnly, true, &found)) return true;
+    return found == 0 && abstract_family(positions, key, kAbstractNextLevel, true);
+  }
+  enum Abstract { kAbstractLarge, kAbstractLargeOnly, kAbstractNextLevel };
+  // family_key's keys: with kAbstractLarge, the one reference to any member (found only
+  // where it is of a large family at a high level); with kAbstractLargeOnly, the one to a
+  // large family's member at a high level, others kept exact; with kAbstractNextLevel, the
+  // first member's reference to its next level, others kept exact. *found: the references
+  // abstracted (kAbstractNextLevel stops at one).
+  bool abstract_family(const std::vector<uint32_t>& positions, std::vector<uint32_t>* key,
+                       Abstract which, bool marked, int* found_out = nullptr) {
+    const GrammarTables& g = d_.g;
+    key->clear();
+    if (marked) key->push_back(kLargeFamilyMarker);
     int found = 0;
     uint32_t* level = &flevel_;
     uint32_t* base = &fbase_;
-    const auto abstracted = [&](uint32_t r) {
-      if (fam_level_[r] < 2) return false;
-      return !large ||
-             (fam_level_[r] >= kMinFamilyLevel && fam_size_[fam_base_[r]] >= kMinFamilySize);
+    const auto large = [&](uint32_t r) {
+      return fam_level_[r] >= kMinFamilyLevel && fam_size_[fam_base_[r]] >= kMinFamilySize;
+    };
+    const auto abstracted = [&](uint32_t p, const Elem& e) {
+      if (e.kind != detail::kRef || fam_level_[e.arg] < 2) return false;
+      if (which == kAbstractNextLevel) return found == 0 && next_level_ref(p, e);
+      return which != kAbstractLargeOnly || large(e.arg);
     };
     for (uint32_t p0 : positions) {
       for (uint32_t p = p0;; ++p) {
         const Elem& e = g.elems[p];
         key->push_back(e.kind);
         if (e.kind == detail::kEnd) break;
-        if (e.kind == detail::kRef && abstracted(e.arg)) {
-          if (++found > 1) return false;
+        if (abstracted(p, e)) {
+          if (++found > 1) {
+            if (found_out != nullptr) *found_out = found;
+            return false;
+          }
           *level = fam_level_[e.arg];
           *base = fam_base_[e.arg];
           key->push_back(0xFFFFFFFFu);
@@ -5507,9 +5554,11 @@ class ContextClassifier {
         }
       }
     }
+    if (found_out != nullptr) *found_out = found;
     // Small families (json's [0-9]{0,15}, ws{0,20}) and low levels are mostly told apart by
     // tokens anyway: exact classes serve them without the cost of an observed walk.
-    return found == 1 && flevel_ >= kMinFamilyLevel && fam_size_[fbase_] >= kMinFamilySize;
+    return found == 1 && (which == kAbstractNextLevel ||
+                          (flevel_ >= kMinFamilyLevel && fam_size_[fbase_] >= kMinFamilySize));
   }
   static constexpr uint32_t kMinFamilyLevel = 8, kMinFamilySize = 24;
   static constexpr uint32_t kLargeFamilyMarker = 0xFFFFFFFCu, kPrefixMarker = 0xFFFFFFFBu;
