@@ -102,7 +102,9 @@ TEST(Regex, SearchSemanticsAndAnchors) {
 TEST(Regex, SearchAgreesWithStdRegexSearch) {
   const std::vector<std::string> patterns = {
       "[a-c][a-c0-9]*", "[ab:.-]{1,25}", "^a+",       "b{2,5}$",    "(ab*){1,3}", "x*",
-      "^(ab)+c*",       "c?a{2,}b*",     "(a|bc)+d?", "^a*b{0,2}$", "(a*b){2,3}"};
+      "^(ab)+c*",       "c?a{2,}b*",     "(a|bc)+d?", "^a*b{0,2}$", "(a*b){2,3}",
+      "ab|ba|cd0",      "^ab|b:|c.$|d",  "a|",        "^$|b",       "^a|b|c$|d|",
+      "ab|a0|ba|a",     "a.b|a:|a|ac$"};
   const std::string alphabet = "abcd0:.- ";
   std::mt19937 rng(7);
   lacuna::RegexOptions search;
@@ -122,6 +124,21 @@ TEST(Regex, SearchAgreesWithStdRegexSearch) {
   // What the trim leaves: one character of the class between the two `.*`.
   EXPECT_EQ(Re("[a-c][a-c0-9]*", search).gbnf().find("]*"), std::string::npos);
   EXPECT_EQ(Re("[ab:.-]{1,25}", search).gbnf().find("25"), std::string::npos);
+  // Searched-for alternatives that start with the same code point share their free ends:
+  // one search for any of the names, `.* (x1 | x2 | x3) .*`, not one search per name; names
+  // that start apart keep a search each.
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  const std::string names = Re("INT_TICK|INT_M1|INT_M10|INT_H1", search).gbnf();
+  EXPECT_EQ(count(names, "re-any*"), 2u) << names;
+  const std::string apart = Re("alpha|beta|gamma", search).gbnf();
+  EXPECT_EQ(count(apart, "re-any*"), 6u) << apart;
+  // dev .* | .* (ab1 | ab2) .* | .* rc .* | .* stable
+  const std::string mixed = Re("^dev|ab1|ab2|rc|stable$", search).gbnf();
+  EXPECT_EQ(count(mixed, "re-any*"), 6u) << mixed;
 }
 
 // The key automaton (used for patternProperties, bounded patterns and raw strings) sorts

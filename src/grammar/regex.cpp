@@ -846,8 +846,19 @@ std::string regex_expression(std::string_view pattern, gbnf::RuleSet& rules, Enc
     }
     return any;
   };
-  std::string out;
-  size_t live = 0;
+  // Searched-for branches that start with the same code point share their free ends:
+  // `.* (ab | ac) .*` rather than `.* ab .* | .* ac .*`, the same language. (A search for
+  // one of 17 names, Github_easy o5195's `INTERVAL_TICK|INTERVAL_M1|...`, gave a string's
+  // first mask 17 searches of its own to walk, each a context per parse state: 1.6 ms,
+  // against 0.27 ms as one search. Not names that start apart: one search for
+  // `date|time|string|enum|...` has an automaton over all their letters, which the mask
+  // engine walked node by node, 12-14 ms against 1.2-1.6 ms as one search per name.)
+  struct Ends {
+    bool start_free, end_free;
+    int64_t first;                    // the code point every body starts with (-1: alone)
+    std::vector<std::string> bodies;  // "" for a branch with nothing between its ends
+  };
+  std::vector<Ends> groups;
   for (const Branch& b : branches) {
     std::optional<Node> kept = live_sequence(b.items);
     if (!kept) continue;  // this branch can never match
@@ -855,26 +866,49 @@ std::string regex_expression(std::string_view pattern, gbnf::RuleSet& rules, Enc
     bool anchored_start = b.start || !options.search;
     bool anchored_end = b.end || !options.search;
     trim_search_ends(seq.kids, !anchored_start, !anchored_end);
-    std::string body;
-    if (!anchored_start) body += any_rule();
     std::string e = seq.kids.empty() ? "" : emitter.emit(seq);
-    if (!e.empty() && e != "\"\"") {
-      if (!body.empty()) body += " ";
-      body += e;
-    } else if (!anchored_start) {
-      anchored_end = true;  // `.*` once
+    if (e == "\"\"") e.clear();
+    if (e.empty() && !anchored_start) anchored_end = true;  // `.*` once
+    int64_t first = -1;
+    if (!anchored_start && !seq.kids.empty() && seq.kids[0].kind == Node::Kind::Chars &&
+        seq.kids[0].chars.size() == 1) {
+      first = seq.kids[0].chars.ranges()[0].lo;
     }
-    if (!anchored_end) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Ends& g) {
+      return first >= 0 && g.first == first && g.end_free == !anchored_end;
+    });
+    if (it == groups.end()) {
+      groups.push_back({!anchored_start, !anchored_end, first, {}});
+      it = groups.end() - 1;
+    }
+    if (std::find(it->bodies.begin(), it->bodies.end(), e) == it->bodies.end()) {
+      it->bodies.push_back(e);
+    }
+  }
+  if (groups.empty()) throw RegexError("the pattern can never match", 0);
+  std::string out;
+  for (const Ends& g : groups) {
+    std::string middle;
+    if (g.bodies.size() == 1) {
+      middle = g.bodies[0];
+    } else {
+      for (const std::string& e : g.bodies) {
+        middle += middle.empty() ? "(" : " | ";
+        middle += e.empty() ? "\"\"" : e;
+      }
+      middle += ")";
+    }
+    std::string body = g.start_free ? any_rule() : "";
+    for (const std::string& part : {middle, g.end_free ? any_rule() : std::string()}) {
+      if (part.empty()) continue;
       if (!body.empty()) body += " ";
-      body += any_rule();
+      body += part;
     }
     if (body.empty()) body = "\"\"";
     if (!out.empty()) out += " | ";
     out += body;
-    ++live;
   }
-  if (live == 0) throw RegexError("the pattern can never match", 0);
-  if (live == 1) return out;
+  if (groups.size() == 1) return out;
   return "(" + out + ")";
 }
 
