@@ -100,11 +100,24 @@ TEST(Regex, SearchSemanticsAndAnchors) {
 // Search semantics against std::regex_search, with repetitions at the unanchored ends
 // (trimmed to their minimum: `.*` next to them absorbs the rest) and inside.
 TEST(Regex, SearchAgreesWithStdRegexSearch) {
-  const std::vector<std::string> patterns = {
-      "[a-c][a-c0-9]*", "[ab:.-]{1,25}", "^a+",       "b{2,5}$",    "(ab*){1,3}", "x*",
-      "^(ab)+c*",       "c?a{2,}b*",     "(a|bc)+d?", "^a*b{0,2}$", "(a*b){2,3}",
-      "ab|ba|cd0",      "^ab|b:|c.$|d",  "a|",        "^$|b",       "^a|b|c$|d|",
-      "ab|a0|ba|a",     "a.b|a:|a|ac$"};
+  const std::vector<std::string> patterns = {"[a-c][a-c0-9]*",
+                                             "[ab:.-]{1,25}",
+                                             "^a+",
+                                             "b{2,5}$",
+                                             "(ab*){1,3}",
+                                             "x*",
+                                             "^(ab)+c*",
+                                             "c?a{2,}b*",
+                                             "(a|bc)+d?",
+                                             "^a*b{0,2}$",
+                                             "(a*b){2,3}",
+                                             "ab|ba|cd0",
+                                             "^ab|b:|c.$|d",
+                                             "a|",
+                                             "^$|b",
+                                             "^a|b|c$|d|",
+                                             "ab|a0|ba|a",
+                                             "a.b|a:|a|ac$"};
   const std::string alphabet = "abcd0:.- ";
   std::mt19937 rng(7);
   lacuna::RegexOptions search;
