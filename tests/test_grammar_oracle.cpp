@@ -1106,8 +1106,14 @@ num ::= "-"? [1-9] [0-9]{0,15} ("." [0-9]+)?
 ws ::= "" | " " | "\n" [ \t]{0,20})g",
        "[12345678901234,\n" + std::string(18, ' ') + "42,\n" + std::string(19, '\t') +
            "-7.5,\n   123456789012345 ]"}};
-  const uint64_t small0 = detail::test_walk_counters.derived_levels.load();
   text_steps = text_tokens = 0;
+  {
+    // With at most 4 longer tokens followed, most levels fall back to a walk (the limit
+    // forced low, as for the classifier's other limits).
+    ScopedHook<size_t> hook(detail::test_max_derived_long, 4);
+    text_steps += walk_cases(fx, small, 6, seed + 1, stats, &text_tokens);
+  }
+  const uint64_t small0 = detail::test_walk_counters.derived_levels.load();
   text_steps += walk_cases(fx, small, 12, seed, stats, &text_tokens);
   const uint64_t small_derived = detail::test_walk_counters.derived_levels.load() - small0;
   std::printf("[oracle] %s small families: %llu derived levels\n", GetParam().c_str(),
