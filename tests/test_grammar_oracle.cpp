@@ -1098,7 +1098,7 @@ cell ::= [^|\n]{1,30})g",
   EXPECT_GT(stats.steps, cases.size() * 20);
   // Small families (json.gbnf's digits and whitespace): levels of 16 and 20 members, whose
   // masks are lists of a few hundred tokens, derived from those lists under the classifier's
-  // own limits. The text reaches their low levels (a number of 16 digits, runs of 18 spaces
+  // own limits. The text reaches their low levels (numbers of 14 and 15 digits, runs of 18 spaces
   // and 19 tabs), where a level's answers differ from the one above for the longest tokens.
   const std::vector<std::pair<std::string, std::string>> small = {
       {R"g(root ::= "[" ws num (ws "," ws num)* ws "]"

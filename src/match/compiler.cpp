@@ -5470,19 +5470,26 @@ class ContextClassifier {
       fam_size_[base] = std::max(fam_size_[base], base_level);
     }
     // Per element: whether the rest of its alternative refers to a member of a large family
-    // at a high level, or to the next level of its own family (family_key's derivation
-    // keys, looked for only there).
+    // at a high level (kLargeRefAfter), or to the next level of its own family
+    // (kNextLevelRefAfter): family_key's derivation keys, looked for only there.
     const size_t ne = g.elems.size();
     ref_after_.assign(ne + 1, 0);
     for (size_t p = ne; p-- > 0;) {
       const Elem& e = g.elems[p];
       if (e.kind == detail::kEnd) continue;
-      const bool large = e.kind == detail::kRef && fam_level_[e.arg] >= kMinFamilyLevel &&
-                         fam_size_[fam_base_[e.arg]] >= kMinFamilySize;
-      ref_after_[p] = large || next_level_ref(p, e) || ref_after_[p + 1];
+      const bool large = e.kind == detail::kRef && large_member(e.arg);
+      ref_after_[p] =
+          static_cast<uint8_t>((large ? kLargeRefAfter : 0) |
+                               (next_level_ref(p, e) ? kNextLevelRefAfter : 0) | ref_after_[p + 1]);
     }
   }
+  static constexpr uint8_t kLargeRefAfter = 1, kNextLevelRefAfter = 2;
   std::vector<uint8_t> ref_after_;
+  // Whether rule r is a member of a large family (kMinFamilySize) at a high level
+  // (kMinFamilyLevel).
+  bool large_member(uint32_t r) const {
+    return fam_level_[r] >= kMinFamilyLevel && fam_size_[fam_base_[r]] >= kMinFamilySize;
+  }
   // Whether element e at position p is a family member's reference to the next level down
   // (r_j ::= X r_{j-1}, j > 2: not to the base).
   bool next_level_ref(uint32_t p, const Elem& e) const {
@@ -5505,35 +5512,32 @@ class ContextClassifier {
                   bool derive = false) {
     if (pos_class_.empty()) compute_classes();
     if (!derive) return abstract_family(positions, key, kAbstractLarge, false);
-    if (std::none_of(positions.begin(), positions.end(),
-                     [&](uint32_t p) { return ref_after_[p] != 0; })) {
-      return false;
+    // (The flags cover the same rests the key reads: where some rest refers to a large
+    // member, the large key is made or none is.)
+    uint8_t refs = 0;
+    for (uint32_t p : positions) refs |= ref_after_[p];
+    if ((refs & kLargeRefAfter) != 0) {
+      return abstract_family(positions, key, kAbstractLargeOnly, true);
     }
-    int found = 0;
-    if (abstract_family(positions, key, kAbstractLargeOnly, true, &found)) return true;
-    return found == 0 && abstract_family(positions, key, kAbstractNextLevel, true);
+    return (refs & kNextLevelRefAfter) != 0 &&
+           abstract_family(positions, key, kAbstractNextLevel, true);
   }
   enum Abstract { kAbstractLarge, kAbstractLargeOnly, kAbstractNextLevel };
   // family_key's keys: with kAbstractLarge, the one reference to any member (found only
   // where it is of a large family at a high level); with kAbstractLargeOnly, the one to a
   // large family's member at a high level, others kept exact; with kAbstractNextLevel, the
-  // first member's reference to its next level, others kept exact. *found: the references
-  // abstracted (kAbstractNextLevel stops at one).
+  // first member's reference to its next level, others kept exact.
   bool abstract_family(const std::vector<uint32_t>& positions, std::vector<uint32_t>* key,
-                       Abstract which, bool marked, int* found_out = nullptr) {
+                       Abstract which, bool marked) {
     const GrammarTables& g = d_.g;
     key->clear();
     if (marked) key->push_back(kLargeFamilyMarker);
     int found = 0;
-    uint32_t* level = &flevel_;
-    uint32_t* base = &fbase_;
-    const auto large = [&](uint32_t r) {
-      return fam_level_[r] >= kMinFamilyLevel && fam_size_[fam_base_[r]] >= kMinFamilySize;
-    };
+    uint32_t ref = 0;  // the member abstracted
     const auto abstracted = [&](uint32_t p, const Elem& e) {
       if (e.kind != detail::kRef || fam_level_[e.arg] < 2) return false;
       if (which == kAbstractNextLevel) return found == 0 && next_level_ref(p, e);
-      return which != kAbstractLargeOnly || large(e.arg);
+      return which != kAbstractLargeOnly || large_member(e.arg);
     };
     for (uint32_t p0 : positions) {
       for (uint32_t p = p0;; ++p) {
@@ -5541,24 +5545,20 @@ class ContextClassifier {
         key->push_back(e.kind);
         if (e.kind == detail::kEnd) break;
         if (abstracted(p, e)) {
-          if (++found > 1) {
-            if (found_out != nullptr) *found_out = found;
-            return false;
-          }
-          *level = fam_level_[e.arg];
-          *base = fam_base_[e.arg];
+          if (++found > 1) return false;
+          ref = e.arg;
+          flevel_ = fam_level_[ref];
+          fbase_ = fam_base_[ref];
           key->push_back(0xFFFFFFFFu);
-          key->push_back(rule_class_[*base]);
+          key->push_back(rule_class_[fbase_]);
         } else {
           key->push_back(arg_class(e));
         }
       }
     }
-    if (found_out != nullptr) *found_out = found;
     // Small families (json's [0-9]{0,15}, ws{0,20}) and low levels are mostly told apart by
     // tokens anyway: exact classes serve them without the cost of an observed walk.
-    return found == 1 && (which == kAbstractNextLevel ||
-                          (flevel_ >= kMinFamilyLevel && fam_size_[fbase_] >= kMinFamilySize));
+    return found == 1 && (which == kAbstractNextLevel || large_member(ref));
   }
   static constexpr uint32_t kMinFamilyLevel = 8, kMinFamilySize = 24;
   static constexpr uint32_t kLargeFamilyMarker = 0xFFFFFFFCu, kPrefixMarker = 0xFFFFFFFBu;
