@@ -1518,6 +1518,30 @@ e ::= [^"nz] [^"nz]*)g",
             10u);
 }
 
+// Unbounded root covers (a string's characters; a key's first character that starts none
+// of an object's names, then the rest of it): the root's children the cover does not hold
+// whole are walked in one batch from the class exits, those whose code point the run's set
+// cannot take (a control character; a letter the class leaves out, as the `t` of
+// llama-bpe's " t\xe1\xbb") kept only as stops for the partial UTF-8 tails below them.
+// Keys beside an object's names, a class that leaves out a letter (tokens with a partial
+// tail below its dead stops), and a string's loop after a first character that leaves out
+// more, walked along documents and at random.
+TEST_P(Oracle, UnboundedRootStopsMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  const std::string object = json_schema_to_gbnf(R"({"type": "object", "properties": {
+      "alpha": {"type": "integer"}, "beta": {"type": "string"}, "gamma": {"type": "boolean"}},
+      "additionalProperties": {"type": "integer"}})");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {object, R"({"alpha":1,"beta":"b","other key":2,"zeta":3})"},
+      {R"g(root ::= "<" [^<>t] [^<>t]* ">" ("," root)?)g", "<abc d>,<xyz ü>"},
+      {R"g(root ::= "\"" [^"\\\x00-\x1Fab] [^"\\\x00-\x1F]* "\"" ":" [0-9])g", R"("kéy":1)"}};
+  EXPECT_GT(
+      walk_counting(fx, GetParam(), cases, 7373, {&detail::test_walk_counters.unbounded_root_stops},
+                    {false, true}, "unbounded root batches"),
+      0u);
+}
+
 // Literals (an object's keys, keywords) are followed down the trie without a set per code
 // point while the next element is one ASCII code point too; the set is made where that run
 // ends. Keys of an object with many properties, literals ending a rule, before a class,

@@ -415,18 +415,19 @@ struct WalkCounters {
   std::atomic<uint64_t> depth_bounds{0};    // runs whose depth was followed only as far as asked
   std::atomic<uint64_t> capped_walks{0};    // walks stopped past the deep threshold (no mask)
   std::atomic<uint64_t> live_holes{0};      // live automata whose class leaves out high ranges
-  std::atomic<uint64_t> live_many_labels{0};    // live automata of more than 12 labels
-  std::atomic<uint64_t> live_large_sets{0};     // live automata with a set of more than 32 stacks
-  std::atomic<uint64_t> live_dead_starts{0};    // live walks whose start set dies on some of C
-  std::atomic<uint64_t> live_over_letters{0};   // live walks taken for letters past a cover's run
-  std::atomic<uint64_t> live_die_stops{0};      // nodes where a live walk's set dies on a letter
-  std::atomic<uint64_t> kid_memo_hits{0};       // root children answered from a kid memo
-  std::atomic<uint64_t> literal_runs{0};        // literals followed without a set per code point
-  std::atomic<uint64_t> same_masks{0};          // masks found equal to one computed before
-  std::atomic<uint64_t> top_frame_checks{0};    // stack checks found under their top frames
-  std::atomic<uint64_t> partly_kept_checks{0};  // checks of the tokens that kept ones left
-  std::atomic<uint64_t> levels_kept_whole{0};   // levels past the list, kept under whole stacks
-  std::atomic<uint64_t> settled_tokens{0};      // uncertain tokens every call site's returns take
+  std::atomic<uint64_t> live_many_labels{0};      // live automata of more than 12 labels
+  std::atomic<uint64_t> live_large_sets{0};       // live automata with a set of more than 32 stacks
+  std::atomic<uint64_t> live_dead_starts{0};      // live walks whose start set dies on some of C
+  std::atomic<uint64_t> live_over_letters{0};     // live walks taken for letters past a cover's run
+  std::atomic<uint64_t> live_die_stops{0};        // nodes where a live walk's set dies on a letter
+  std::atomic<uint64_t> kid_memo_hits{0};         // root children answered from a kid memo
+  std::atomic<uint64_t> unbounded_root_stops{0};  // root batches of an unbounded cover
+  std::atomic<uint64_t> literal_runs{0};          // literals followed without a set per code point
+  std::atomic<uint64_t> same_masks{0};            // masks found equal to one computed before
+  std::atomic<uint64_t> top_frame_checks{0};      // stack checks found under their top frames
+  std::atomic<uint64_t> partly_kept_checks{0};    // checks of the tokens that kept ones left
+  std::atomic<uint64_t> levels_kept_whole{0};     // levels past the list, kept under whole stacks
+  std::atomic<uint64_t> settled_tokens{0};        // uncertain tokens every call site's returns take
   std::atomic<uint64_t> unobserved_family_walks{0};  // family levels that could not share
   std::atomic<uint64_t> derived_levels{0};  // family levels' masks derived from a higher level's
   std::atomic<uint64_t> rules_signed_again{0};  // rules whose signature was made again to compare

@@ -4052,8 +4052,6 @@ struct Classifier {
     const bool literal_start = literal_cp(p0) >= 0;
     const bool labelled =
         no_cover && !literal_start && (live_walk(set0) || (label_worth(set0) && label_walk(set0)));
-    const bool batch = !labelled && root_stops_apply();
-    root_batch_.clear();
     // (A memo asked for once is not kept: most chains have no other of their kind, and
     // keeping every child's tokens cost more than a walk of thousands of small children.
     // Nor without a cover, which holds most tokens as a bitmask: the children's own lists
@@ -4061,6 +4059,10 @@ struct Classifier {
     KidMemo* memo =
         labelled || obs_base != kNoObserve || cover_bits == nullptr ? nullptr : kid_memo;
     if (memo != nullptr && (++memo->uses < 2 || !memo_fits(*memo))) memo = nullptr;
+    // (An unbounded cover's children go through their memo where there is one: read back,
+    // they cost less than the batch.)
+    const bool batch = !labelled && root_stops_apply() && (memo == nullptr || !root_unbounded_);
+    root_batch_.clear();
     auto walk_child = [&](const TokenIndex::RootChild& rc) {
       const uint32_t j = rc.node;
       if (labelled && in_class(walked_, rc.cp)) return;  // walked by live_walk or label_walk
@@ -4159,9 +4161,17 @@ struct Classifier {
   bool root_stops_apply() {
     root_tolerant_ = cover_mode_ == WalkStates::kTolerant && states.mode() == WalkStates::kStrict &&
                      after_end != 0 && !exit_any;
-    if (cover_bits == nullptr || cover_set == 0 || cover_len_ == WalkStates::kUnbounded ||
-        obs_base != kNoObserve || tolerant_ || (cover_mode_ != states.mode() && !root_tolerant_)) {
+    if (cover_bits == nullptr || cover_set == 0 || obs_base != kNoObserve || tolerant_ ||
+        (cover_mode_ != states.mode() && !root_tolerant_)) {
       return false;
+    }
+    // An unbounded cover (a string's characters, the first character of a key that is none
+    // of the names): the stops are the class exits alone, those where the run's set dies
+    // (a control character) kept only to leave out the partial tails below them.
+    root_unbounded_ = cover_len_ == WalkStates::kUnbounded;
+    if (root_unbounded_) {
+      return !root_tolerant_ && cover_mode_ == states.mode() &&
+             class_exits(cover_class_) != nullptr;
     }
     const WalkStates::ModeScope mode(states, cover_mode_);
     const uint32_t s = set_along(cover_set, cover_len_ > 0 ? cover_len_ - 1 : 0);
@@ -4171,13 +4181,14 @@ struct Classifier {
                                add_live(states.first(after_end), root_live_));
   }
   bool root_tolerant_ = false;
+  bool root_unbounded_ = false;
 
   void walk_root_stops() {
     const auto& trie = tokens.trie();
     const auto& depth_of = tokens.node_depth();
     const auto& kids = tokens.root_children();
     const std::vector<uint32_t>& exits = *class_exits(cover_class_);
-    const uint32_t cut_depth = cover_len_ + 1;
+    const uint32_t cut_depth = root_unbounded_ ? UINT32_MAX : cover_len_ + 1;
     // The batch's children by index among the root's children (for a node's child: the
     // last root child at or before it).
     batched_kid_.assign(kids.size(), 0);
@@ -4213,7 +4224,9 @@ struct Classifier {
       if (depth_of[b] < cut_depth && in_batch(b)) stop_cands_.push_back(b);
     }
     end_stop_run();
-    add_live_cuts(root_live_, cut_depth, 0, static_cast<uint32_t>(trie.size()), in_batch);
+    if (!root_unbounded_) {
+      add_live_cuts(root_live_, cut_depth, 0, static_cast<uint32_t>(trie.size()), in_batch);
+    }
     region_exits_.clear();
     keep_outer_stops();
     // The tokens with a partial UTF-8 tail (the cover holds none), a child's own included,
@@ -4231,6 +4244,11 @@ struct Classifier {
         take_partials_outside_stops(trie[j].tok_begin, tok_begin_of(trie[j].end), cut_depth,
                                     cover_set, 1, &st, root_tolerant_ && cover_first_exits_);
       }
+      // (Unbounded: the stops whose code point the run's set there cannot take go nowhere.)
+      if (root_unbounded_) {
+        detail::test_walk_counters.unbounded_root_stops.fetch_add(1, std::memory_order_relaxed);
+        drop_dead_stops(cover_set);
+      }
       // Each stop is walked on from the run's set at its parent, as skip_region does: the
       // children's frames are the cover's set at depth 1, inside the context (which may end
       // there in a tolerant cover).
@@ -4240,6 +4258,24 @@ struct Classifier {
     }
     drain();
   }
+  // Drops from region_exits_ the stops whose code point the run's set at their parent (from
+  // `set` at depth 1) cannot take: walked on, each would end there.
+  void drop_dead_stops(uint32_t set) {
+    const auto& trie = tokens.trie();
+    const auto& depth_of = tokens.node_depth();
+    dead_sets_.clear();
+    size_t out = 0;
+    for (uint32_t b : region_exits_) {
+      const uint32_t rel = depth_of[b] - 2u;  // run code points before b, past the first
+      while (dead_sets_.size() <= rel) {
+        dead_sets_.push_back(dead_sets_.empty() ? set : set_along(dead_sets_.back(), 1));
+      }
+      const uint32_t s = dead_sets_[rel];
+      if (s != 0 && states.step(s, trie[b].cp) != 0) region_exits_[out++] = b;
+    }
+    region_exits_.resize(out);
+  }
+  std::vector<uint32_t> dead_sets_{};
   static constexpr int kMaxKidSteps = 8;
   std::vector<uint32_t> root_batch_{};
   std::vector<uint8_t> batched_kid_{};
