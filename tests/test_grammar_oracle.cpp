@@ -1518,6 +1518,56 @@ e ::= [^"nz] [^"nz]*)g",
             10u);
 }
 
+// Lazy regions: below a set that may be a live automaton, a subtree too small to pay for
+// the automaton's search (an object's names that share a first letter, a state per letter of
+// each) is walked node by node, each node's set stepped from its parent's, the walk handed
+// back where the context may end. Keys beside names that share first letters (chosen on
+// their own), and with every live region forced lazy: those keys, searches in strings, a
+// key automaton, and partial UTF-8 tails after a match. Documents and random walks, both
+// context modes, and with every search stopped after 3 set steps; it fails when the nodes
+// where the context may end are skipped rather than handed back, or when a step fills the
+// memo of code points that other members take (step_alike).
+TEST_P(Oracle, LazyRegionsMasksEqual) {
+  VocabFixture& fx = vocab_for(GetParam());
+  ASSERT_NE(fx.model, nullptr) << "vocabulary " << GetParam() << " not found";
+  std::string props;
+  for (const char* name :
+       {"address",    "addressLine", "admin",     "adminPath", "agent",   "agentName", "alias",
+        "allow",      "allowList",   "alpha",     "amount",    "anchor",  "apply",     "archive",
+        "area",       "array",       "artist",    "asset",     "assetId", "audio",     "author",
+        "authorName", "auto",        "available", "average"}) {
+    props += std::string(props.empty() ? "" : ", ") + "\"" + name + "\": {\"type\": \"integer\"}";
+  }
+  const std::string names =
+      json_schema_to_gbnf("{\"type\": \"object\", \"properties\": {" + props +
+                          "}, \"additionalProperties\": {\"type\": \"string\"}}");
+  const std::string doc = R"({"address":1,"agent":2,"another":"x","allowList":3,"axe":"q"})";
+  const std::string c = R"g(
+c ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))g";
+  const std::vector<std::pair<std::string, std::string>> forced_cases = {
+      {names, doc},
+      {R"g(root ::= "\"" ("dev" c* | c* "top-left" c* | c* "rc" c* | c* "stable") "\"" " .")g" + c,
+       R"("a top-left corner" .)"},
+      {R"g(root ::= "\"" [ !#-\[\]-~]* [a-z] c* "\"")g" + c, R"("12 abc é")"}};
+  EXPECT_GT(
+      walk_counting(fx, GetParam(), {{names, doc}}, 8181,
+                    {&detail::test_walk_counters.lazy_regions}, {false, true}, "lazy regions"),
+      0u);
+  {
+    // Searches stopped after 3 set steps: not remembered as failed, the region walked lazily.
+    ScopedHook<size_t> hook(detail::test_live_step_budget, 3);
+    EXPECT_GT(walk_counting(fx, GetParam(), forced_cases, 8383,
+                            {&detail::test_walk_counters.lazy_regions}, {false, true},
+                            "lazy regions (searches stopped early)"),
+              0u);
+  }
+  ScopedHook<bool> hook(detail::test_lazy_regions, true);
+  EXPECT_GT(
+      walk_counting(fx, GetParam(), forced_cases, 8282, {&detail::test_walk_counters.lazy_regions},
+                    {false, true}, "lazy regions (forced)"),
+      0u);
+}
+
 // Unbounded root covers (a string's characters; a key's first character that starts none
 // of an object's names, then the rest of it): the root's children the cover does not hold
 // whole are walked in one batch from the class exits, those whose code point the run's set

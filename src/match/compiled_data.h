@@ -399,6 +399,12 @@ inline std::atomic<int64_t> test_max_after_stacks{-1};
 // its first class (otherwise 64; see kMaxCoverClear in compiler.cpp): set low, a key's start
 // that leaves out many names' first letters takes a live walk instead of the cover.
 inline std::atomic<int> test_max_cover_clear{0};
+// Tests only: every live region (a subtree below a set that may be a live automaton) is
+// walked node by node (lazy_region) rather than searched for its automaton.
+inline std::atomic<bool> test_lazy_regions{false};
+// Tests only: when nonzero, the most set steps a live region's search may take (otherwise
+// its share of the subtree's nodes), past which the region is walked lazily.
+inline std::atomic<size_t> test_live_step_budget{0};
 inline std::atomic<size_t> test_leave_cap{0};
 // Tests only: every rule on no cycle gets one same signature hash in the grammar's class
 // refinement (ContextClassifier::compute_classes), so that each is told from the earlier
@@ -422,6 +428,7 @@ struct WalkCounters {
   std::atomic<uint64_t> live_die_stops{0};        // nodes where a live walk's set dies on a letter
   std::atomic<uint64_t> kid_memo_hits{0};         // root children answered from a kid memo
   std::atomic<uint64_t> unbounded_root_stops{0};  // root batches of an unbounded cover
+  std::atomic<uint64_t> lazy_regions{0};          // live regions walked node by node (lazy_region)
   std::atomic<uint64_t> literal_runs{0};          // literals followed without a set per code point
   std::atomic<uint64_t> same_masks{0};            // masks found equal to one computed before
   std::atomic<uint64_t> top_frame_checks{0};      // stack checks found under their top frames

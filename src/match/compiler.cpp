@@ -598,6 +598,35 @@ class WalkStates {
     return v;
   }
 
+  // step(), where a step computed for an ASCII code point fills the memo for every ASCII
+  // code point that the same members take (they step alike): for a walk that meets a set
+  // at many of its code points (lazy_region).
+  uint32_t step_alike(uint32_t set, uint32_t cp) {
+    if (set == 0 || cp >= 128) return step(set, cp);
+    uint32_t* row = ascii_row(set);
+    if (row[cp] != kUnset) return row[cp];
+    const uint32_t v = compute(set, cp);
+    row = ascii_row(set);  // (compute may add rows: they lie in chunks that never move)
+    uint64_t alike[2] = {~uint64_t{0}, ~uint64_t{0}};
+    for_each_member_chars(set, [&](uint32_t id) {
+      const CharSet& cs = g_.charsets[id];
+      if (cs.any) return;
+      const uint64_t in[2] = {cs.negated ? ~cs.ascii[0] : cs.ascii[0],
+                              cs.negated ? ~cs.ascii[1] : cs.ascii[1]};
+      const bool takes = ((in[cp >> 6] >> (cp & 63)) & 1u) != 0;
+      alike[0] &= takes ? in[0] : ~in[0];
+      alike[1] &= takes ? in[1] : ~in[1];
+    });
+    for (uint32_t w = 0; w < 2; ++w) {
+      for (uint64_t b = alike[w]; b != 0; b &= b - 1) {
+        uint32_t& cell = row[64 * w + static_cast<uint32_t>(__builtin_ctzll(b))];
+        if (cell == kUnset) cell = v;
+      }
+    }
+    row[cp] = v;
+    return v;
+  }
+
   // Whether every member treats all code points >= 128 alike (memoized).
   bool uniform(uint32_t set) { return (high_flags(set) & kUniform) != 0; }
   // For a set that is not uniform: the first code point >= 128 outside its members' ranges
@@ -2883,6 +2912,10 @@ struct Classifier {
   static constexpr uint32_t kMaxLiveMembers = 128;
   std::vector<Label> labels_{};
   size_t label_steps_ = 0;  // the set steps of the last live find_labels
+  // The most set steps a live search may take (live_region lowers it for a small subtree,
+  // which a lazy walk serves for less: lazy_region), and whether the last one stopped there.
+  size_t live_step_budget_ = kMaxLiveSteps;
+  bool label_budget_hit_ = false;
   static constexpr uint32_t kNoState = 0xFFFFFFFFu;
   // The sets reachable from set0 through C: the local automaton's states (state q is
   // label_queue_[q].set) and label_next_[q * k + l]. Each with the rarest label on the way
@@ -3054,6 +3087,7 @@ struct Classifier {
                    bool dead0 = false, bool stops = false) {
     large_live_set_ = false;
     stop_seen_ = false;
+    label_budget_hit_ = false;
     LabelStates& label_state_of = label_states();
     Label excl{{0, 0}, false};
     uint16_t holes = 0;  // live: the code points >= 128 left out of C (set_label_holes)
@@ -3148,7 +3182,10 @@ struct Classifier {
           if (!drop(in)) return false;
           break;
         }
-        if (live && (label_steps_ += local_scratch_.size()) > kMaxLiveSteps) return false;
+        if (live && (label_steps_ += local_scratch_.size()) > live_step_budget_) {
+          label_budget_hit_ = live_step_budget_ < kMaxLiveSteps;
+          return false;
+        }
         for (const Label& l : local_scratch_) {
           const uint32_t v = states.step(s, label_rep(l));
           if (dead0 && qi == 0 && v == 0 && !l.non_ascii) {
@@ -3506,15 +3543,25 @@ struct Classifier {
              bit_count(dead0_[0]) + bit_count(dead0_[1]) <= kMaxDeadStart;
     };
     std::unique_ptr<LiveAuto> la;
+    bool budget_hit = false;
     if (dead0) {
       const bool ok = found(true);
+      budget_hit = label_budget_hit_;
       if (ok) la = make_live();
       if (la != nullptr && !la->dies.empty() && !die_stops(*la)) la = nullptr;
       if (la == nullptr && stop_seen_ && found(false)) la = make_live();
+      budget_hit = budget_hit || label_budget_hit_;
     } else if (found(false)) {
       la = make_live();
+    } else {
+      budget_hit = label_budget_hit_;
     }
     if (la == nullptr) {
+      // Stopped by a lowered budget: not known to fail (a larger subtree may search again).
+      if (budget_hit) {
+        live_.erase(key);
+        return nullptr;
+      }
       if (label_steps_ > kCostlyLiveSteps && !live_optional_) ++live_costly_;
       return nullptr;
     }
@@ -3846,7 +3893,23 @@ struct Classifier {
     const auto& trie = tokens.trie();
     const uint32_t n_nodes = trie[j].end - j;
     if (n_nodes < kMinLiveNodes || obs_base != kNoObserve) return false;
+    // A search costs about as much as a lazy walk of kLazyNodesPerStep nodes a set step:
+    // a subtree gets at most its share of steps, and none where the rules the set goes
+    // on into promise more (an object's names under one letter, each a state per letter).
+    live_step_budget_ = std::min(kMaxLiveSteps, size_t{n_nodes} / kLazyNodesPerStep);
+    const bool forced = detail::test_lazy_regions.load(std::memory_order_relaxed);
+    const size_t forced_budget = detail::test_live_step_budget.load(std::memory_order_relaxed);
+    if (forced_budget != 0) live_step_budget_ = forced_budget;
+    if (forced || (forced_budget == 0 && live_.find(uint64_t{c.set} << 1) == live_.end() &&
+                   size_t{reach_of_set(c.set)} * 3 / 2 > live_step_budget_)) {
+      live_step_budget_ = kMaxLiveSteps;
+      return lazy_region(j, c);
+    }
+    label_budget_hit_ = false;
     const LiveAuto* la = live_auto(c.set);
+    const bool budget_hit = label_budget_hit_ && la == nullptr;
+    live_step_budget_ = kMaxLiveSteps;
+    if (budget_hit) return lazy_region(j, c);
     if (la == nullptr) return false;
     const std::vector<uint32_t>* exits =
         class_exits(la->cls, size_t{n_nodes} * kExitBuildPerWalkedNode);
@@ -3877,6 +3940,78 @@ struct Classifier {
     }
     return true;
   }
+
+  // Below node j of frame c (inside the context, nothing past its end, not pending): every
+  // node in trie order, its set stepped from its parent's (memoized per set and code
+  // point), its tokens sorted; a subtree skipped where the set dies, and the walk handed
+  // back to drain (from the parent's frame) where the context may end.
+  bool lazy_region(uint32_t j, const Frame& c) {
+    detail::test_walk_counters.lazy_regions.fetch_add(1, std::memory_order_relaxed);
+    const auto& trie = tokens.trie();
+    const auto& depth_of = tokens.node_depth();
+    const uint32_t end = trie[j].end, base = depth_of[j];
+    lazy_sets_.assign(1, c.set);
+    for (uint32_t k = j + 1; k < end;) {
+      tick();
+      const uint32_t d = depth_of[k] - base;  // (>= 1)
+      const uint32_t ps = lazy_sets_[d - 1];
+      const uint32_t cp = trie[k].cp;
+      const uint32_t v = cp < 128 ? states.step_alike(ps, cp) : step_on(ps, &states.first(ps), cp);
+      if (v == 0) {
+        k = trie[k].end;
+        continue;
+      }
+      if ((v & 1u) != 0) {
+        frames.push_back(make_frame(ps, 0, c.depth + d - 1, false, false, false));
+        todo.push_back({k, static_cast<uint32_t>(frames.size() - 1)});
+        k = trie[k].end;
+        continue;
+      }
+      const uint32_t s = v >> 1;
+      classify_node(trie[k], s, false, 0, false);
+      if (lazy_sets_.size() <= d) lazy_sets_.resize(d + 1);
+      lazy_sets_[d] = s;
+      ++k;
+    }
+    return true;
+  }
+  std::vector<uint32_t> lazy_sets_{};
+  static constexpr size_t kLazyNodesPerStep = 20;
+  // The rules a set's members may go on into (the references in the rest of each member's
+  // alternative and every rule those reach), counted up to kMaxLiveSets: how large a live
+  // automaton from the set would be, at most.
+  uint32_t reach_of_set(uint32_t set) {
+    uint32_t n = 0;
+    const uint32_t* m = states.members(set, &n);
+    if (++reach_stamp_ == 0) {
+      std::fill(reach_seen_.begin(), reach_seen_.end(), 0);
+      reach_stamp_ = 1;
+    }
+    if (reach_seen_.size() < g.rule_alt_begin.size())
+      reach_seen_.assign(g.rule_alt_begin.size(), 0);
+    uint32_t count = 0;
+    reach_todo_.clear();
+    for (uint32_t i = 0; i < n; ++i) {
+      for (uint32_t p = pool.pos(m[i]); g.elems[p].kind != detail::kEnd; ++p) {
+        if (g.elems[p].kind == detail::kRef) reach_todo_.push_back(g.elems[p].arg);
+      }
+    }
+    while (!reach_todo_.empty() && count < kMaxLiveSets) {
+      const uint32_t r = reach_todo_.back();
+      reach_todo_.pop_back();
+      if (reach_seen_[r] == reach_stamp_) continue;
+      reach_seen_[r] = reach_stamp_;
+      ++count;
+      for (uint32_t a = g.rule_alt_begin[r]; a < g.rule_alt_begin[r + 1]; ++a) {
+        for (uint32_t p = g.alt_starts[a]; g.elems[p].kind != detail::kEnd; ++p) {
+          if (g.elems[p].kind == detail::kRef) reach_todo_.push_back(g.elems[p].arg);
+        }
+      }
+    }
+    return count;
+  }
+  std::vector<uint32_t> reach_seen_{}, reach_todo_{};
+  uint32_t reach_stamp_ = 0;
 
   void walk_subtree(uint32_t first, uint32_t root_set, uint32_t root_depth = 0) {
     frames.clear();
