@@ -1304,7 +1304,9 @@ TEST_P(Oracle, NamesLeftOutOfAnyKeyMasksEqual) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {gbnf, R"({"universal-selector":1,"unknown key":2,"box-model":3})"},
       {gbnf, R"({"underscore":4,"unique-headings":5,"b":6})"}};
-  // (None before: past 12 labels the search gave up.)
+  // (None before: past 12 labels the search gave up.) Every region searched, none walked
+  // lazily (LazyRegionsMasksEqual), so that the searches this counts are made.
+  ScopedHook<size_t> searched(detail::test_live_step_budget, 512);
   EXPECT_GT(
       walk_counting(fx, GetParam(), cases, 6161, {&detail::test_walk_counters.live_many_labels},
                     {true, false}, "names left out of a key: live automata of more than 12 labels"),

@@ -403,7 +403,8 @@ inline std::atomic<int> test_max_cover_clear{0};
 // walked node by node (lazy_region) rather than searched for its automaton.
 inline std::atomic<bool> test_lazy_regions{false};
 // Tests only: when nonzero, the most set steps a live region's search may take (otherwise
-// its share of the subtree's nodes), past which the region is walked lazily.
+// its share of the subtree's nodes), past which the region is walked lazily; the search is
+// then made whatever the rules promise (512, the most a search takes: every region searched).
 inline std::atomic<size_t> test_live_step_budget{0};
 inline std::atomic<size_t> test_leave_cap{0};
 // Tests only: every rule on no cycle gets one same signature hash in the grammar's class
