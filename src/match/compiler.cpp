@@ -83,6 +83,12 @@ inline int bit_count(uint64_t x) {
 #endif
 }
 
+// The ASCII code points a character set takes, as two words of bits (its negation applied).
+inline std::array<uint64_t, 2> ascii_taken(const CharSet& cs) {
+  if (cs.any) return {~uint64_t{0}, ~uint64_t{0}};
+  return {cs.negated ? ~cs.ascii[0] : cs.ascii[0], cs.negated ? ~cs.ascii[1] : cs.ascii[1]};
+}
+
 using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) {
@@ -609,10 +615,7 @@ class WalkStates {
     row = ascii_row(set);  // (compute may add rows: they lie in chunks that never move)
     uint64_t alike[2] = {~uint64_t{0}, ~uint64_t{0}};
     for_each_member_chars(set, [&](uint32_t id) {
-      const CharSet& cs = g_.charsets[id];
-      if (cs.any) return;
-      const uint64_t in[2] = {cs.negated ? ~cs.ascii[0] : cs.ascii[0],
-                              cs.negated ? ~cs.ascii[1] : cs.ascii[1]};
+      const std::array<uint64_t, 2> in = ascii_taken(g_.charsets[id]);
       const bool takes = ((in[cp >> 6] >> (cp & 63)) & 1u) != 0;
       alike[0] &= takes ? in[0] : ~in[0];
       alike[1] &= takes ? in[1] : ~in[1];
@@ -1106,8 +1109,7 @@ class WalkStates {
     for_each_member_chars(set, [&](uint32_t id) {
       const CharSet& cs = g_.charsets[id];
       if (cs.any) return;
-      const uint64_t in[2] = {cs.negated ? ~cs.ascii[0] : cs.ascii[0],
-                              cs.negated ? ~cs.ascii[1] : cs.ascii[1]};
+      const std::array<uint64_t, 2> in = ascii_taken(cs);
       for (size_t k = 0, n = groups_.size(); k < n; ++k) {
         const std::array<uint64_t, 2> a = {groups_[k][0] & in[0], groups_[k][1] & in[1]};
         const std::array<uint64_t, 2> b = {groups_[k][0] & ~in[0], groups_[k][1] & ~in[1]};
@@ -1642,7 +1644,7 @@ struct Classifier {
     }
     if (states.mode() == cover_mode_) return true;
     if (!chars_within(states.run_class(set), cover_class_)) return false;
-    return cover_len_ == WalkStates::kUnbounded || states.run(set, cover_len_).depth < cover_len_;
+    return cover_unbounded() || states.run(set, cover_len_).depth < cover_len_;
   }
   detail::SharedMasks::ClassKey cover_class_{};  // C1
   // (A tolerant cover) the context may end after C0's code point.
@@ -1679,6 +1681,7 @@ struct Classifier {
     return {s, exited};
   }
   uint32_t cover_len_ = 0;  // at most this many code points (or kUnbounded)
+  bool cover_unbounded() const { return cover_len_ == WalkStates::kUnbounded; }
   // A live walk is tried before a cover whose first class is wider than the rest: a costly
   // failure there does not count towards giving live walks up.
   bool live_optional_ = false;
@@ -1842,8 +1845,7 @@ struct Classifier {
   bool in_cover(const TokenIndex::RootChild& rc) {
     if (rc.partial) return false;
     if (rc.end == rc.node + 1) return true;
-    return obs_base == kNoObserve &&
-           (cover_len_ == WalkStates::kUnbounded || rc.height + 1 <= cover_len_) &&
+    return obs_base == kNoObserve && (cover_unbounded() || rc.height + 1 <= cover_len_) &&
            (chars_within(rc, cover_class_) || no_exit_below(rc.node));
   }
   // Whether no exit of the cover's class lies below node j (in C1): every code point below
@@ -2255,17 +2257,13 @@ struct Classifier {
     // (By the class's bits, or those it leaves out where it holds most of ASCII: a live
     // search asks once per set it queues, mostly of a string's broad class.)
     const bool most = bit_count(cls.ascii[0]) + bit_count(cls.ascii[1]) > 64;
-    if (most) n = goff[128] - goff[0];
     for (uint32_t half = 0; half < 2; ++half) {
       for (uint64_t b = most ? ~cls.ascii[half] : cls.ascii[half]; b != 0; b &= b - 1) {
         const uint32_t g = half * 64 + static_cast<uint32_t>(__builtin_ctzll(b));
-        if (most) {
-          n -= goff[g + 1] - goff[g];
-        } else {
-          n += goff[g + 1] - goff[g];
-        }
+        n += goff[g + 1] - goff[g];
       }
     }
+    if (most) n = (goff[128] - goff[0]) - n;
     if (takes_high_cps(cls)) n += goff[129] - goff[128];
     return n;
   }
@@ -3043,12 +3041,8 @@ struct Classifier {
   // Splits every label of `labels` by the code points the set `cs` holds (its code points
   // >= 128 alike).
   void refine_labels(const CharSet& cs, std::vector<Label>& labels) const {
-    uint64_t in[2];
-    if (cs.any) {
-      return;
-    }
-    in[0] = cs.negated ? ~cs.ascii[0] : cs.ascii[0];
-    in[1] = cs.negated ? ~cs.ascii[1] : cs.ascii[1];
+    if (cs.any) return;
+    const std::array<uint64_t, 2> in = ascii_taken(cs);
     const bool high_in = cs.match(label_high_);
     const size_t n = labels.size();
     for (size_t i = 0; i < n; ++i) {
@@ -3543,22 +3537,18 @@ struct Classifier {
              bit_count(dead0_[0]) + bit_count(dead0_[1]) <= kMaxDeadStart;
     };
     std::unique_ptr<LiveAuto> la;
-    bool budget_hit = false;
     if (dead0) {
       const bool ok = found(true);
-      budget_hit = label_budget_hit_;
       if (ok) la = make_live();
       if (la != nullptr && !la->dies.empty() && !die_stops(*la)) la = nullptr;
       if (la == nullptr && stop_seen_ && found(false)) la = make_live();
-      budget_hit = budget_hit || label_budget_hit_;
     } else if (found(false)) {
       la = make_live();
-    } else {
-      budget_hit = label_budget_hit_;
     }
     if (la == nullptr) {
       // Stopped by a lowered budget: not known to fail (a larger subtree may search again).
-      if (budget_hit) {
+      // (Only live_region lowers it, for its one search without dead0.)
+      if (label_budget_hit_) {
         live_.erase(key);
         return nullptr;
       }
@@ -3991,11 +3981,13 @@ struct Classifier {
       reach_seen_.assign(g.rule_alt_begin.size(), 0);
     uint32_t count = 0;
     reach_todo_.clear();
-    for (uint32_t i = 0; i < n; ++i) {
-      for (uint32_t p = pool.pos(m[i]); g.elems[p].kind != detail::kEnd; ++p) {
+    // The rules referred to from position p to its alternative's end.
+    const auto refs_from = [&](uint32_t p) {
+      for (; g.elems[p].kind != detail::kEnd; ++p) {
         if (g.elems[p].kind == detail::kRef) reach_todo_.push_back(g.elems[p].arg);
       }
-    }
+    };
+    for (uint32_t i = 0; i < n; ++i) refs_from(pool.pos(m[i]));
     while (!reach_todo_.empty() && count < kMaxLiveSets) {
       const uint32_t r = reach_todo_.back();
       reach_todo_.pop_back();
@@ -4003,9 +3995,7 @@ struct Classifier {
       reach_seen_[r] = reach_stamp_;
       ++count;
       for (uint32_t a = g.rule_alt_begin[r]; a < g.rule_alt_begin[r + 1]; ++a) {
-        for (uint32_t p = g.alt_starts[a]; g.elems[p].kind != detail::kEnd; ++p) {
-          if (g.elems[p].kind == detail::kRef) reach_todo_.push_back(g.elems[p].arg);
-        }
+        refs_from(g.alt_starts[a]);
       }
     }
     return count;
@@ -4196,7 +4186,7 @@ struct Classifier {
     if (memo != nullptr && (++memo->uses < 2 || !memo_fits(*memo))) memo = nullptr;
     // (An unbounded cover's children go through their memo where there is one: read back,
     // they cost less than the batch.)
-    const bool batch = !labelled && root_stops_apply() && (memo == nullptr || !root_unbounded_);
+    const bool batch = !labelled && root_stops_apply() && (memo == nullptr || !cover_unbounded());
     root_batch_.clear();
     auto walk_child = [&](const TokenIndex::RootChild& rc) {
       const uint32_t j = rc.node;
@@ -4303,8 +4293,7 @@ struct Classifier {
     // An unbounded cover (a string's characters, the first character of a key that is none
     // of the names): the stops are the class exits alone, those where the run's set dies
     // (a control character) kept only to leave out the partial tails below them.
-    root_unbounded_ = cover_len_ == WalkStates::kUnbounded;
-    if (root_unbounded_) {
+    if (cover_unbounded()) {
       return !root_tolerant_ && cover_mode_ == states.mode() &&
              class_exits(cover_class_) != nullptr;
     }
@@ -4316,14 +4305,13 @@ struct Classifier {
                                add_live(states.first(after_end), root_live_));
   }
   bool root_tolerant_ = false;
-  bool root_unbounded_ = false;
 
   void walk_root_stops() {
     const auto& trie = tokens.trie();
     const auto& depth_of = tokens.node_depth();
     const auto& kids = tokens.root_children();
     const std::vector<uint32_t>& exits = *class_exits(cover_class_);
-    const uint32_t cut_depth = root_unbounded_ ? UINT32_MAX : cover_len_ + 1;
+    const uint32_t cut_depth = cover_unbounded() ? UINT32_MAX : cover_len_ + 1;
     // The batch's children by index among the root's children (for a node's child: the
     // last root child at or before it).
     batched_kid_.assign(kids.size(), 0);
@@ -4359,7 +4347,7 @@ struct Classifier {
       if (depth_of[b] < cut_depth && in_batch(b)) stop_cands_.push_back(b);
     }
     end_stop_run();
-    if (!root_unbounded_) {
+    if (!cover_unbounded()) {
       add_live_cuts(root_live_, cut_depth, 0, static_cast<uint32_t>(trie.size()), in_batch);
     }
     region_exits_.clear();
@@ -4380,7 +4368,7 @@ struct Classifier {
                                     cover_set, 1, &st, root_tolerant_ && cover_first_exits_);
       }
       // (Unbounded: the stops whose code point the run's set there cannot take go nowhere.)
-      if (root_unbounded_) {
+      if (cover_unbounded()) {
         detail::test_walk_counters.unbounded_root_stops.fetch_add(1, std::memory_order_relaxed);
         drop_dead_stops(cover_set);
       }
